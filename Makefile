@@ -1,0 +1,36 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Both build .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test bench prometheus clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# Debian's prometheus package, installed when missing and we are root; otherwise a clear stop.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's prometheus package..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else \
+	    echo "prometheus is not installed: run 'sudo apt-get install prometheus' (tests start their own on loopback)"; exit 1; \
+	  fi; }
+
+demo: $(STAMP)
+	@$(MAKE) --no-print-directory prometheus || echo "(continuing without Prometheus)"
+	$(VENV)/bin/gpu-balancer demo
+
+test: $(STAMP) prometheus
+	$(PY) -m pytest
+
+bench: $(STAMP) prometheus
+	$(PY) bench/snapshot_scale.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,1 @@
+"""Webhook certificate lifecycle."""

@@ -1,0 +1,1 @@
+"""The descheduler (see issue: descheduler)."""

@@ -1,0 +1,1 @@
+"""The `gpu-balancer` command line: thin subcommands over the packages."""

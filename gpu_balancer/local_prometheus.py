@@ -1,0 +1,114 @@
+"""Start and stop a throw-away Prometheus on loopback for the demo, tests and benchmarks (process I/O)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+import yaml
+
+
+class PrometheusNotInstalled(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class ScrapeTarget:
+    address: str
+    """host:port of an exporter."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Target labels, e.g. the `pod`/`namespace` a ServiceMonitor would attach."""
+
+
+@dataclass
+class LocalPrometheus:
+    """A Prometheus process with its own config and TSDB in a temporary directory."""
+
+    targets: list[ScrapeTarget]
+    scrape_interval: str = "1s"
+    binary: str = "prometheus"
+    storage: Path | None = None
+    """An existing TSDB directory (e.g. backfilled blocks); a fresh temporary one otherwise."""
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+    _workdir: tempfile.TemporaryDirectory | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, ready_timeout: float = 30.0) -> "LocalPrometheus":
+        binary = shutil.which(self.binary)
+        if binary is None:
+            raise PrometheusNotInstalled(
+                "prometheus is not on PATH; install Debian's `prometheus` package (make test does this as root)")
+        self._workdir = tempfile.TemporaryDirectory(prefix="gpu-balancer-prom-")
+        workdir = Path(self._workdir.name)
+        config = {
+            "global": {"scrape_interval": self.scrape_interval, "scrape_timeout": self.scrape_interval},
+            "scrape_configs": [{
+                "job_name": "dcgm",
+                "static_configs": [{"targets": [t.address], "labels": t.labels} for t in self.targets],
+            }],
+        }
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        self.process = subprocess.Popen(
+            [binary, f"--config.file={workdir / 'prometheus.yml'}",
+             f"--storage.tsdb.path={self.storage or workdir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=open(workdir / "prometheus.log", "wb"),
+        )
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"prometheus exited: {(workdir / 'prometheus.log').read_text()[-2000:]}")
+            try:
+                if requests.get(f"{self.url}/-/ready", timeout=1).ok:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("prometheus did not become ready in time")
+
+    def wait_for(self, promql: str, *, at_least: int = 1, timeout: float = 60.0) -> list[dict]:
+        """Poll until `promql` returns at least `at_least` series, i.e. the first scrapes landed."""
+        deadline = time.monotonic() + timeout
+        result: list[dict] = []
+        while time.monotonic() < deadline:
+            answer = requests.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=10).json()
+            result = answer.get("data", {}).get("result", [])
+            if len(result) >= at_least:
+                return result
+            time.sleep(0.2)
+        raise TimeoutError(f"{promql!r} returned {len(result)} series, wanted {at_least}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
+
+    def __enter__(self) -> "LocalPrometheus":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,120 @@
+"""The heat model: per-node load figures and a cool/warm/hot/unhealthy tier with reasons. Pure, no I/O."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from statistics import fmean
+
+from scoring.policy import HeatPolicy
+from scoring.telemetry import ClusterSnapshot, NodeTelemetry
+
+
+class Tier(enum.IntEnum):
+    """Ordered so that `max()` over verdicts gives the worst one."""
+
+    COOL = 0
+    WARM = 1
+    HOT = 2
+    UNHEALTHY = 3
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHeat:
+    name: str
+    gpus: int
+    gpus_allocated: int
+    gpu_util: float
+    """Mean GPU utilisation, 0–100."""
+    max_gpu_util: float
+    memory_used_fraction: float
+    max_temperature_c: float | None
+    power_w: float | None
+    tier: Tier
+    reasons: tuple[str, ...]
+
+    @property
+    def gpus_free(self) -> int:
+        return max(0, self.gpus - self.gpus_allocated)
+
+
+def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
+    """Load figures and the tier of one node, with a reason for every step above cool."""
+    utils = [g.util_percent for g in node.gpus if g.util_percent is not None]
+    used = sum(g.fb_used_mib or 0.0 for g in node.gpus)
+    total = sum((g.fb_used_mib or 0.0) + (g.fb_free_mib or 0.0) for g in node.gpus)
+    temps = [g.temperature_c for g in node.gpus if g.temperature_c is not None]
+    powers = [g.power_w for g in node.gpus if g.power_w is not None]
+    mean_util = fmean(utils) if utils else 0.0
+    max_util = max(utils, default=0.0)
+    memory_fraction = used / total if total > 0 else 0.0
+    max_temp = max(temps, default=None)
+
+    verdicts: list[tuple[Tier, str]] = []
+    critical = sorted({(g.gpu, g.last_xid) for g in node.gpus if g.last_xid in policy.critical_xids})
+    for gpu, xid in critical:
+        verdicts.append((Tier.UNHEALTHY, f"GPU {gpu} reported critical XID {xid}"))
+    if not node.gpus:
+        verdicts.append((Tier.UNHEALTHY, "no GPU series reported"))
+    elif node.gpus_seen_recently > len(node.gpus):
+        missing = node.gpus_seen_recently - len(node.gpus)
+        verdicts.append((Tier.UNHEALTHY, f"{missing} of {node.gpus_seen_recently} GPU series vanished"))
+    elif not utils:
+        verdicts.append((Tier.UNHEALTHY, "no utilisation series reported"))
+    if mean_util >= policy.hot_util_percent:
+        verdicts.append((Tier.HOT, f"mean GPU util {mean_util:.0f}% ≥ {policy.hot_util_percent:g}%"))
+    elif mean_util >= policy.warm_util_percent:
+        verdicts.append((Tier.WARM, f"mean GPU util {mean_util:.0f}% ≥ {policy.warm_util_percent:g}%"))
+    if memory_fraction >= policy.hot_memory_fraction:
+        verdicts.append((Tier.HOT, f"GPU memory {memory_fraction:.0%} used ≥ {policy.hot_memory_fraction:.0%}"))
+    elif memory_fraction >= policy.warm_memory_fraction:
+        verdicts.append((Tier.WARM, f"GPU memory {memory_fraction:.0%} used ≥ {policy.warm_memory_fraction:.0%}"))
+    if max_temp is not None and max_temp >= policy.hot_temperature_c:
+        verdicts.append((Tier.HOT, f"GPU temperature {max_temp:.0f}°C ≥ {policy.hot_temperature_c:g}°C"))
+
+    tier = max((t for t, _ in verdicts), default=Tier.COOL)
+    return NodeHeat(
+        name=node.name,
+        gpus=node.allocatable_gpus if node.allocatable_gpus is not None else len(node.gpus),
+        gpus_allocated=_allocated(node),
+        gpu_util=mean_util,
+        max_gpu_util=max_util,
+        memory_used_fraction=memory_fraction,
+        max_temperature_c=max_temp,
+        power_w=sum(powers) if powers else None,
+        tier=tier,
+        reasons=tuple(reason for _, reason in sorted(verdicts, key=lambda v: -v[0])),
+    )
+
+
+def _allocated(node: NodeTelemetry) -> int:
+    """kube-state-metrics' count when scraped; otherwise GPUs whose series name a workload pod."""
+    if node.allocated_gpus is not None:
+        return node.allocated_gpus
+    return sum(1 for g in node.gpus if g.pod is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetHeat:
+    """The heat of every node in a snapshot, and whether the snapshot may be trusted."""
+
+    taken_at: datetime
+    stale: bool
+    age_seconds: float
+    nodes: tuple[NodeHeat, ...]
+
+
+def fleet_heat(snapshot: ClusterSnapshot, policy: HeatPolicy, *, now: datetime,
+               staleness_limit_seconds: float) -> FleetHeat:
+    """Heat of every reporting node, plus an `unhealthy` entry for each node whose series vanished."""
+    heats = [node_heat(node, policy) for node in snapshot.nodes]
+    for name in snapshot.vanished_nodes:
+        heats.append(NodeHeat(name, 0, 0, 0.0, 0.0, 0.0, None, None, Tier.UNHEALTHY,
+                              ("all GPU series vanished",)))
+    age = snapshot.age_seconds(now)
+    stale = not snapshot.nodes or age > staleness_limit_seconds
+    return FleetHeat(snapshot.taken_at, stale, age, tuple(sorted(heats, key=lambda h: h.name)))

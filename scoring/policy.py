@@ -1,0 +1,207 @@
+"""The BalancerPolicy document: typed, defaulted and validated once at start. Pure, no I/O.
+
+Wire format: YAML with `apiVersion: gpu-balancer.io/v1alpha1` and `kind: BalancerPolicy`; keys
+are camelCase spellings of the field names below. Decoding, defaulting and validation happen in
+`parse_policy`, which raises one `PolicyError` that names the offending field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+API_VERSION = "gpu-balancer.io/v1alpha1"
+KIND = "BalancerPolicy"
+
+DEFAULT_CRITICAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95)
+"""XIDs that mean the GPU needs a reset or is failing: double-bit ECC (48), row-remap events
+(63, 64), NVLink errors (74), fallen off the bus (79), high single-bit ECC rate (92), contained
+and uncontained ECC errors (94, 95)."""
+
+_MATCHER = re.compile(r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
+
+
+class PolicyError(ValueError):
+    """The policy document is not valid; the message names the field."""
+
+
+@dataclass(frozen=True)
+class BasicAuth:
+    username: str = ""
+    """User name for HTTP basic auth to Prometheus."""
+    password_file: str = ""
+    """File holding the password (a mounted Secret), read at start; never inline."""
+
+
+@dataclass(frozen=True)
+class PrometheusConnection:
+    url: str = "http://127.0.0.1:9090"
+    """Base URL of the Prometheus-compatible query API (Prometheus, Thanos Query, Mimir, managed)."""
+    timeout_seconds: float = 5.0
+    """Seconds per query. Short, because a refresh must finish well inside the refresh interval."""
+    bearer_token_file: str = ""
+    """File holding a bearer token (re-read on each refresh so rotated tokens are picked up)."""
+    basic_auth: BasicAuth = field(default_factory=BasicAuth)
+    ca_file: str = ""
+    """CA bundle to verify Prometheus's TLS certificate; empty means the system trust store."""
+    insecure_skip_verify: bool = False
+    """Skip TLS verification. Only for tests and emergencies."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Extra HTTP headers, such as `X-Scope-OrgID` for a multi-tenant Mimir."""
+    series_selector: str = ""
+    """Label matchers added to every query, such as `{cluster="prod"}`, for shared Prometheus."""
+
+    @property
+    def selector_matchers(self) -> str:
+        """The matchers of `series_selector` without braces, ready to join into a selector."""
+        return self.series_selector.strip().removeprefix("{").removesuffix("}").strip()
+
+
+@dataclass(frozen=True)
+class TelemetryPolicy:
+    node_label: str = "auto"
+    """Series label holding the node name; `auto` detects it (node, kubernetes_node, nodename,
+    Hostname, hostname, in that order) because each install relabels differently."""
+    refresh_seconds: float = 5.0
+    """Seconds between snapshot refreshes; a fraction of the usual 15 s scrape interval."""
+    staleness_limit_seconds: float = 120.0
+    """Telemetry older than this steers nothing. Default: two 30 s exporter intervals plus two
+    15 s scrapes plus margin, so one missed scrape does not switch steering off."""
+    vanish_lookback_seconds: float = 600.0
+    """A GPU seen within this window but silent now marks its node unhealthy."""
+    use_profiling_metrics: bool = True
+    """Prefer DCGM_FI_PROF_GR_ENGINE_ACTIVE over DCGM_FI_DEV_GPU_UTIL where present: GPU_UTIL
+    counts any kernel running as 100 %, GR_ENGINE_ACTIVE measures the busy share."""
+
+
+@dataclass(frozen=True)
+class HeatPolicy:
+    warm_util_percent: float = 50.0
+    """Mean GPU utilisation (%) from which a node is warm: half busy leaves little burst room."""
+    hot_util_percent: float = 80.0
+    """Mean GPU utilisation (%) from which a node is hot: inference queueing grows steeply past 80 %."""
+    warm_memory_fraction: float = 0.75
+    """Framebuffer used fraction from which a node is warm."""
+    hot_memory_fraction: float = 0.92
+    """Framebuffer used fraction from which a node is hot on its own: a new model will not fit."""
+    hot_temperature_c: float = 87.0
+    """Hottest GPU temperature (°C) from which a node is hot: data-centre GPUs throttle near 87–90 °C."""
+    critical_xids: tuple[int, ...] = DEFAULT_CRITICAL_XIDS
+    """XID codes that make a node unhealthy."""
+
+
+@dataclass(frozen=True)
+class BalancerPolicy:
+    prometheus: PrometheusConnection = field(default_factory=PrometheusConnection)
+    telemetry: TelemetryPolicy = field(default_factory=TelemetryPolicy)
+    heat: HeatPolicy = field(default_factory=HeatPolicy)
+
+
+def default_policy() -> BalancerPolicy:
+    return BalancerPolicy()
+
+
+def parse_policy(text: str) -> BalancerPolicy:
+    """Decode, default and validate a policy document."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise PolicyError(f"policy is not valid YAML: {error}") from None
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise PolicyError("policy must be a YAML mapping")
+    document = dict(document)
+    api_version = document.pop("apiVersion", API_VERSION)
+    kind = document.pop("kind", KIND)
+    if api_version != API_VERSION:
+        raise PolicyError(f"apiVersion: expected {API_VERSION!r}, got {api_version!r}")
+    if kind != KIND:
+        raise PolicyError(f"kind: expected {KIND!r}, got {kind!r}")
+    document.pop("metadata", None)
+    policy = _decode(BalancerPolicy, document, path="")
+    validate_policy(policy)
+    return policy
+
+
+def validate_policy(policy: BalancerPolicy) -> None:
+    """Cross-field rules that types alone cannot express."""
+    heat, telemetry, prom = policy.heat, policy.telemetry, policy.prometheus
+    _require(0 <= heat.warm_util_percent < heat.hot_util_percent <= 100,
+             "heat.warmUtilPercent", "must satisfy 0 <= warmUtilPercent < hotUtilPercent <= 100")
+    _require(0 < heat.warm_memory_fraction < heat.hot_memory_fraction <= 1,
+             "heat.warmMemoryFraction", "must satisfy 0 < warmMemoryFraction < hotMemoryFraction <= 1")
+    _require(0 < heat.hot_temperature_c < 150, "heat.hotTemperatureC", "must be between 0 and 150 °C")
+    _require(all(x > 0 for x in heat.critical_xids), "heat.criticalXids", "XID codes are positive")
+    _require(telemetry.refresh_seconds > 0, "telemetry.refreshSeconds", "must be positive")
+    _require(telemetry.staleness_limit_seconds > telemetry.refresh_seconds,
+             "telemetry.stalenessLimitSeconds", "must be greater than refreshSeconds")
+    _require(telemetry.vanish_lookback_seconds > 0, "telemetry.vanishLookbackSeconds", "must be positive")
+    _require(re.fullmatch(r"auto|[A-Za-z_][A-Za-z0-9_]*", telemetry.node_label) is not None,
+             "telemetry.nodeLabel", "must be 'auto' or a Prometheus label name")
+    _require(prom.url.startswith(("http://", "https://")), "prometheus.url", "must start with http:// or https://")
+    _require(0 < prom.timeout_seconds <= 60, "prometheus.timeoutSeconds", "must be in (0, 60]")
+    matchers = prom.selector_matchers
+    _require(not matchers or re.fullmatch(rf"{_MATCHER.pattern}(,{_MATCHER.pattern})*,?\s*", matchers) is not None,
+             "prometheus.seriesSelector", 'must be label matchers such as {cluster="prod"}')
+    _require(bool(prom.basic_auth.username) == bool(prom.basic_auth.password_file),
+             "prometheus.basicAuth", "needs both username and passwordFile")
+
+
+def _require(condition: bool, path: str, message: str) -> None:
+    if not condition:
+        raise PolicyError(f"{path}: {message}")
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _decode(kind: Any, value: Any, path: str) -> Any:
+    """Turn plain YAML data into `kind`, naming the path of the first thing that does not fit."""
+    where = path or "policy"
+    if dataclasses.is_dataclass(kind):
+        if not isinstance(value, dict):
+            raise PolicyError(f"{where}: expected a mapping, got {type(value).__name__}")
+        hints = typing.get_type_hints(kind)
+        by_key = {_camel(f.name): f for f in dataclasses.fields(kind)}
+        unknown = sorted(set(value) - set(by_key))
+        if unknown:
+            raise PolicyError(f"{path + '.' if path else ''}{unknown[0]}: unknown field "
+                              f"(known: {', '.join(sorted(by_key))})")
+        kwargs = {f.name: _decode(hints[f.name], value[key], f"{path + '.' if path else ''}{key}")
+                  for key, f in by_key.items() if key in value}
+        return kind(**kwargs)
+    origin = typing.get_origin(kind)
+    if origin is tuple:
+        (item_kind, _ellipsis) = typing.get_args(kind)
+        if not isinstance(value, list):
+            raise PolicyError(f"{where}: expected a list, got {type(value).__name__}")
+        return tuple(_decode(item_kind, item, f"{where}[{i}]") for i, item in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise PolicyError(f"{where}: expected a mapping of strings to strings")
+        return dict(value)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise PolicyError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise PolicyError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PolicyError(f"{where}: expected a whole number, got {value!r}")
+        return value
+    if kind is str:
+        if not isinstance(value, str):
+            raise PolicyError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise PolicyError(f"{where}: unsupported field type {kind!r}")

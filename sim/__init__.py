@@ -1,0 +1,1 @@
+"""Cluster simulation: synthetic GPU fleets and the fake dcgm-exporter that serves them."""

@@ -1,0 +1,92 @@
+"""The heat model: tiers, reasons and load figures from per-GPU samples."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from scoring.heat import Tier, fleet_heat, node_heat
+from scoring.policy import HeatPolicy
+from scoring.telemetry import ClusterSnapshot, GpuSample, NodeTelemetry, PodRef
+
+POLICY = HeatPolicy()
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+
+
+def gpu(index=0, util=10.0, used=10_000.0, free=70_000.0, temp=50.0, xid=0, pod=None, power=100.0):
+    return GpuSample(gpu=str(index), util_percent=util, fb_used_mib=used, fb_free_mib=free,
+                     temperature_c=temp, power_w=power, last_xid=xid, pod=pod)
+
+
+def node(*gpus, name="n1", seen=0, **kwargs):
+    return NodeTelemetry(name=name, gpus=tuple(gpus), gpus_seen_recently=seen, **kwargs)
+
+
+@pytest.mark.parametrize(("telemetry", "tier", "reason"), [
+    (node(gpu(0, 10), gpu(1, 20)), Tier.COOL, None),
+    (node(gpu(0, 49.9), gpu(1, 50.1)), Tier.WARM, "mean GPU util 50% ≥ 50%"),
+    (node(gpu(0, 100), gpu(1, 60)), Tier.HOT, "mean GPU util 80% ≥ 80%"),
+    (node(gpu(0, 100), gpu(1, 0)), Tier.WARM, "mean GPU util"),
+    (node(gpu(0, 5, used=76_000, free=4_000)), Tier.HOT, "GPU memory 95% used ≥ 92%"),
+    (node(gpu(0, 5, used=64_000, free=16_000)), Tier.WARM, "GPU memory 80% used ≥ 75%"),
+    (node(gpu(0, 5, temp=91)), Tier.HOT, "GPU temperature 91°C ≥ 87°C"),
+    (node(gpu(0, 5, xid=79)), Tier.UNHEALTHY, "GPU 0 reported critical XID 79"),
+    (node(gpu(0, 95, xid=48)), Tier.UNHEALTHY, "critical XID 48"),
+    (node(gpu(0, 5, xid=13)), Tier.COOL, None),
+    (node(gpu(0, 5), seen=2), Tier.UNHEALTHY, "1 of 2 GPU series vanished"),
+    (node(), Tier.UNHEALTHY, "no GPU series reported"),
+    (node(GpuSample(gpu="0", fb_used_mib=1, fb_free_mib=1)), Tier.UNHEALTHY, "no utilisation series"),
+])
+def test_each_node_gets_the_tier_its_worst_signal_deserves(telemetry, tier, reason):
+    heat = node_heat(telemetry, POLICY)
+    assert heat.tier is tier
+    if reason is None:
+        assert heat.reasons == ()
+    else:
+        assert any(reason in r for r in heat.reasons), heat.reasons
+
+
+def test_the_worst_reason_comes_first():
+    heat = node_heat(node(gpu(0, 99, xid=79)), POLICY)
+    assert heat.reasons[0].startswith("GPU 0 reported critical XID")
+    assert "mean GPU util" in heat.reasons[1]
+
+
+def test_thresholds_come_from_the_policy():
+    strict = HeatPolicy(warm_util_percent=10, hot_util_percent=20)
+    assert node_heat(node(gpu(0, 25)), strict).tier is Tier.HOT
+    assert node_heat(node(gpu(0, 25)), POLICY).tier is Tier.COOL
+
+
+def test_load_figures_are_means_maxima_and_sums():
+    heat = node_heat(node(gpu(0, 90, used=40_000, free=40_000, temp=70, power=300),
+                          gpu(1, 10, used=0, free=80_000, temp=40, power=100, pod=PodRef("a", "p"))), POLICY)
+    assert heat.gpu_util == 50
+    assert heat.max_gpu_util == 90
+    assert heat.memory_used_fraction == 0.25
+    assert heat.max_temperature_c == 70
+    assert heat.power_w == 400
+    assert (heat.gpus, heat.gpus_allocated, heat.gpus_free) == (2, 1, 1)
+
+
+def test_kube_state_metrics_allocation_beats_pod_labels():
+    telemetry = node(gpu(0), gpu(1), allocatable_gpus=2, allocated_gpus=2)
+    heat = node_heat(telemetry, POLICY)
+    assert (heat.gpus, heat.gpus_free) == (2, 0)
+
+
+def test_a_vanished_node_is_listed_as_unhealthy():
+    snapshot = ClusterSnapshot(taken_at=NOW, nodes=(node(gpu(0)),), vanished_nodes=("gone",), newest_sample_at=NOW)
+    fleet = fleet_heat(snapshot, POLICY, now=NOW, staleness_limit_seconds=60)
+    by_name = {h.name: h for h in fleet.nodes}
+    assert by_name["gone"].tier is Tier.UNHEALTHY
+    assert by_name["n1"].tier is Tier.COOL
+
+
+@pytest.mark.parametrize(("age", "nodes", "stale"), [
+    (timedelta(seconds=10), 1, False),
+    (timedelta(seconds=61), 1, True),
+    (timedelta(seconds=0), 0, True),
+])
+def test_old_or_empty_telemetry_is_stale(age, nodes, stale):
+    snapshot = ClusterSnapshot(taken_at=NOW, nodes=(node(gpu(0)),)[:nodes], newest_sample_at=NOW - age)
+    assert fleet_heat(snapshot, POLICY, now=NOW, staleness_limit_seconds=60).stale is stale

@@ -1,0 +1,223 @@
+"""The Prometheus adapter and `gpu-balancer status` against a real Prometheus scraping fake-dcgm."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from statistics import fmean
+
+import pytest
+
+from gpu_balancer.local_prometheus import ScrapeTarget
+from scoring import dcgm
+from scoring.heat import Tier, fleet_heat
+from scoring.policy import BalancerPolicy, BasicAuth, default_policy
+from scoring.prometheus import PrometheusQueryError, PrometheusUnreachable, connect, read_snapshot
+from sim.dcgm_text import render_exposition
+from sim.fake_dcgm import make_server, serve_in_background
+from sim.fleet import FleetSpec, generate_fleet
+
+SPEC = FleetSpec(nodes=6, gpus_per_node=4, profile="skewed", seed=5)
+
+
+def policy_for(url: str, **connection) -> BalancerPolicy:
+    policy = default_policy()
+    return replace(policy, prometheus=replace(policy.prometheus, url=url, **connection))
+
+
+def heat_from(url: str, **connection):
+    policy = policy_for(url, **connection)
+    snapshot = read_snapshot(connect(policy.prometheus), policy)
+    return snapshot, fleet_heat(snapshot, policy.heat, now=datetime.now(timezone.utc),
+                                staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
+
+
+def expected_by_node(spec: FleetSpec):
+    """Ground truth from the generated fleet, computed directly rather than through the heat model."""
+    truth = {}
+    for reading in generate_fleet(spec):
+        truth.setdefault(reading.node, []).append(reading)
+    return {node: {"util": fmean(r.util_percent for r in rs), "free": sum(r.pod is None for r in rs),
+                   "max": max(r.util_percent for r in rs)} for node, rs in truth.items()}
+
+
+@pytest.mark.parametrize("hostname_label", ["Hostname", "hostname"])
+def test_heat_read_through_prometheus_matches_the_fleet_with_either_hostname_spelling(
+        fake_dcgm, prometheus, hostname_label):
+    prom = prometheus(fake_dcgm(SPEC, hostname_label=hostname_label))
+    prom.wait_for(dcgm.FB_USED, at_least=24)
+    snapshot, fleet = heat_from(prom.url)
+    assert snapshot.node_label == hostname_label
+    assert not fleet.stale
+    truth = expected_by_node(SPEC)
+    assert [n.name for n in fleet.nodes] == sorted(truth)
+    for node in fleet.nodes:
+        assert node.gpu_util == pytest.approx(truth[node.name]["util"], abs=0.01)
+        assert node.max_gpu_util == pytest.approx(truth[node.name]["max"])
+        assert node.gpus_free == truth[node.name]["free"]
+        expected_tier = Tier.HOT if truth[node.name]["util"] >= 80 else (
+            Tier.WARM if truth[node.name]["util"] >= 50 else Tier.COOL)
+        assert node.tier is expected_tier, (node.name, node.reasons)
+    assert any(n.tier is Tier.HOT for n in fleet.nodes) and any(n.tier is Tier.COOL for n in fleet.nodes)
+
+
+def test_behind_servicemonitor_target_labels_the_workload_pod_is_read_from_exported_pod(fake_dcgm, prometheus):
+    target = ScrapeTarget(fake_dcgm(SPEC), labels={"pod": "nvidia-dcgm-exporter-x1", "namespace": "gpu-operator"})
+    prom = prometheus(target)
+    rows = prom.wait_for(f"{dcgm.FB_USED}{{exported_pod!=\"\"}}")
+    assert rows[0]["metric"]["pod"] == "nvidia-dcgm-exporter-x1", "Prometheus renamed the exporter's pod label"
+    _, fleet = heat_from(prom.url)
+    truth = expected_by_node(SPEC)
+    assert {n.name: n.gpus_free for n in fleet.nodes} == {name: t["free"] for name, t in truth.items()}
+
+
+def test_the_series_selector_limits_every_query_to_one_cluster(fake_dcgm, prometheus):
+    prod = ScrapeTarget(fake_dcgm(SPEC), labels={"cluster": "prod"})
+    staging = ScrapeTarget(fake_dcgm(replace(SPEC, node_prefix="staging-")), labels={"cluster": "staging"})
+    prom = prometheus(prod, staging)
+    prom.wait_for(dcgm.FB_USED, at_least=48)
+    snapshot, _ = heat_from(prom.url, series_selector='{cluster="staging"}')
+    assert {n.name for n in snapshot.nodes} == {n.replace("gpu-node-", "staging-") for n in expected_by_node(SPEC)}
+
+
+def test_nodes_whose_exporter_disappears_become_unhealthy(fake_dcgm, prometheus):
+    stays = fake_dcgm(SPEC)
+    leaving = make_server(render_exposition(generate_fleet(replace(SPEC, nodes=2, node_prefix="doomed-"))), port=0)
+    serve_in_background(leaving)
+    prom = prometheus(stays, f"127.0.0.1:{leaving.server_port}")
+    prom.wait_for(dcgm.FB_USED, at_least=32)
+    leaving.shutdown()
+    leaving.server_close()
+    prom.wait_for(f"count({dcgm.FB_USED}) == 24", timeout=30)  # stale markers landed
+    snapshot, fleet = heat_from(prom.url)
+    assert snapshot.vanished_nodes == ("doomed-00", "doomed-01")
+    doomed = [n for n in fleet.nodes if n.name.startswith("doomed-")]
+    assert [n.tier for n in doomed] == [Tier.UNHEALTHY, Tier.UNHEALTHY]
+    assert "vanished" in doomed[0].reasons[0]
+
+
+KSM_TEXT = """\
+# TYPE kube_node_status_allocatable gauge
+kube_node_status_allocatable{node="gpu-node-05",resource="nvidia_com_gpu",unit="integer"} 4
+# TYPE kube_pod_container_resource_requests gauge
+kube_pod_container_resource_requests{namespace="ml",pod="big",uid="u1",container="a",node="gpu-node-05",resource="nvidia_com_gpu",unit="integer"} 3
+kube_pod_container_resource_requests{namespace="ml",pod="done",uid="u2",container="a",node="gpu-node-05",resource="nvidia_com_gpu",unit="integer"} 1
+# TYPE kube_pod_status_phase gauge
+kube_pod_status_phase{namespace="ml",pod="big",uid="u1",phase="Running"} 1
+kube_pod_status_phase{namespace="ml",pod="big",uid="u1",phase="Succeeded"} 0
+kube_pod_status_phase{namespace="ml",pod="done",uid="u2",phase="Running"} 0
+kube_pod_status_phase{namespace="ml",pod="done",uid="u2",phase="Succeeded"} 1
+"""
+
+
+def test_kube_state_metrics_allocation_is_preferred_when_scraped(fake_dcgm, prometheus):
+    ksm = make_server(KSM_TEXT, port=0)
+    serve_in_background(ksm)
+    try:
+        prom = prometheus(fake_dcgm(SPEC), f"127.0.0.1:{ksm.server_port}")
+        prom.wait_for(dcgm.FB_USED, at_least=24)
+        prom.wait_for("kube_pod_status_phase", at_least=4)
+        snapshot, fleet = heat_from(prom.url)
+    finally:
+        ksm.shutdown()
+    by_name = {n.name: n for n in fleet.nodes}
+    assert snapshot.by_name["gpu-node-05"].allocated_gpus == 3, "the finished pod's request is not counted"
+    assert by_name["gpu-node-05"].gpus_free == 1
+    assert snapshot.by_name["gpu-node-00"].allocated_gpus is None
+
+
+def test_an_unreachable_prometheus_is_a_typed_error_naming_the_url():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with pytest.raises(PrometheusUnreachable, match="Prometheus at " + url):
+        heat_from(url)
+
+
+def test_something_that_is_not_prometheus_is_a_query_error(fake_dcgm):
+    with pytest.raises(PrometheusQueryError, match="Prometheus at"):
+        heat_from("http://" + fake_dcgm(SPEC))
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    seen: list[dict] = []
+
+    def do_GET(self):  # noqa: N802
+        _Recorder.seen.append(dict(self.headers))
+        body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_auth_headers_and_tenant_header_are_sent_on_every_query(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "token").write_text("s3cret-token\n")
+    (tmp_path / "password").write_text("pw\n")
+    try:
+        for connection, header in [
+            ({"bearer_token_file": str(tmp_path / "token")}, ("Authorization", "Bearer s3cret-token")),
+            ({"basic_auth": BasicAuth("admin", str(tmp_path / "password"))}, ("Authorization", "Basic YWRtaW46cHc=")),
+        ]:
+            _Recorder.seen.clear()
+            heat_from(f"http://127.0.0.1:{server.server_port}", headers={"X-Scope-OrgID": "gpu"}, **connection)
+            assert len(_Recorder.seen) >= len(dcgm.GPU_METRICS)
+            assert all(h.get(header[0]) == header[1] and h.get("X-Scope-OrgID") == "gpu" for h in _Recorder.seen)
+    finally:
+        server.shutdown()
+
+
+def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpu_balancer", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_status_prints_json_for_scripts(fake_dcgm, prometheus):
+    prom = prometheus(fake_dcgm(SPEC, hostname_label="hostname"))
+    prom.wait_for(dcgm.FB_USED, at_least=24)
+    result = run_cli("status", "--prometheus-url", prom.url, "--output", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["stale"] is False
+    datetime.fromisoformat(report["taken_at"])
+    assert len(report["nodes"]) == SPEC.nodes
+    assert set(report["nodes"][0]) >= {"name", "gpus", "gpus_free", "gpu_util", "max_gpu_util",
+                                       "memory_used_fraction", "tier", "reasons"}
+    assert {n["tier"] for n in report["nodes"]} <= {"cool", "warm", "hot", "unhealthy"}
+
+
+def test_status_prints_a_table_for_people(fake_dcgm, prometheus):
+    prom = prometheus(fake_dcgm(SPEC))
+    prom.wait_for(dcgm.FB_USED, at_least=24)
+    result = run_cli("status", "--prometheus-url", prom.url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0].split()[:3] == ["NODE", "GPUS", "FREE"]
+    assert "gpu-node-00" in result.stdout and "hot" in result.stdout
+    assert "\033[" not in result.stdout, "no colour codes when stdout is not a terminal"
+
+
+def test_status_gives_up_on_a_silent_prometheus_with_a_message_naming_it():
+    # A listener that never answers: the worst case, bounded only by our timeouts.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        result = run_cli("status", "--prometheus-url", url, timeout=15)
+        elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert "Prometheus" in result.stderr and url in result.stderr
+    assert elapsed < 15

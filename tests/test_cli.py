@@ -1,0 +1,69 @@
+"""The `gpu-balancer` command line: subcommands that do their work, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpu_balancer.cli import main
+from gpu_balancer.local_prometheus import free_port
+from scoring import dcgm
+
+
+def test_fake_dcgm_serves_dcgm_exporter_shaped_text():
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "gpu_balancer", "fake-dcgm", "--nodes", "3", "--gpus", "2",
+                                "--profile", "uniform", "--port", str(port), "--hostname-label", "hostname"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert "fake-dcgm: 3 nodes x 2 GPUs" in process.stdout.readline()
+        response = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %)." in response.text
+    families = {f.name: f for f in text_string_to_metric_families(response.text)}
+    assert set(families) >= {dcgm.GPU_UTIL, dcgm.FB_USED, dcgm.FB_FREE, dcgm.GPU_TEMP, dcgm.POWER_USAGE,
+                             dcgm.XID_ERRORS}
+    util = families[dcgm.GPU_UTIL].samples
+    assert len(util) == 6
+    assert set(util[0].labels) >= {"gpu", "UUID", "device", "pci_bus_id", "modelName", "hostname"}
+    assert any("pod" in s.labels for s in util), "allocated GPUs carry pod labels"
+
+
+def test_a_bad_policy_file_exits_2_naming_the_field(tmp_path, capsys):
+    bad = tmp_path / "policy.yaml"
+    bad.write_text("apiVersion: gpu-balancer.io/v1alpha1\nkind: BalancerPolicy\nheat: {hotUtilPercent: 200}\n")
+    assert main(["status", "--config", str(bad)]) == 2
+    error = capsys.readouterr().err
+    assert str(bad) in error and "heat.warmUtilPercent" in error
+
+
+def test_a_missing_policy_file_exits_2(tmp_path, capsys):
+    assert main(["status", "--config", str(tmp_path / "nope.yaml")]) == 2
+    assert "cannot read policy" in capsys.readouterr().err
+
+
+def test_a_prometheus_url_without_scheme_is_refused(capsys):
+    assert main(["status", "--prometheus-url", "prometheus:9090"]) == 2
+    assert "--prometheus-url" in capsys.readouterr().err
+
+
+def test_fake_dcgm_refuses_an_unknown_profile(capsys):
+    assert main(["fake-dcgm", "--profile", "lumpy"]) == 2
+    assert "unknown profile" in capsys.readouterr().err
+
+
+def test_fake_dcgm_refuses_a_port_in_use(capsys):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        assert main(["fake-dcgm", "--port", str(busy.getsockname()[1])]) == 2
+    assert "cannot listen" in capsys.readouterr().err

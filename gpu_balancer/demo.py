@@ -13,7 +13,7 @@ from scoring import dcgm
 from scoring.heat import fleet_heat
 from scoring.policy import default_policy
 from scoring.prometheus import connect, read_snapshot
-from scoring.series import build_snapshot, series_from_families
+from scoring.series import series_from_families, snapshot_from_readings
 from sim.dcgm_text import render_exposition
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.fleet import FleetSpec, generate_fleet
@@ -38,7 +38,7 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool) -> int:
         print("Prometheus is not installed here, so the snapshot is read straight from fake-dcgm's text "
               "(install Debian's `prometheus` package for the real path).")
         readings = series_from_families(text_string_to_metric_families(body))
-        snapshot = build_snapshot(readings, taken_at=now, newest_sample_at=now)
+        snapshot = snapshot_from_readings(readings, taken_at=now, newest_sample_at=now)
     finally:
         server.shutdown()
     fleet = fleet_heat(snapshot, policy.heat, now=datetime.now(timezone.utc),

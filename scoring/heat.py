@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
-from statistics import fmean
 
 from scoring.policy import HeatPolicy
 from scoring.telemetry import ClusterSnapshot, NodeTelemetry
@@ -44,26 +43,20 @@ class NodeHeat:
 
 def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
     """Load figures and the tier of one node, with a reason for every step above cool."""
-    utils = [g.util_percent for g in node.gpus if g.util_percent is not None]
-    used = sum(g.fb_used_mib or 0.0 for g in node.gpus)
-    total = sum((g.fb_used_mib or 0.0) + (g.fb_free_mib or 0.0) for g in node.gpus)
-    temps = [g.temperature_c for g in node.gpus if g.temperature_c is not None]
-    powers = [g.power_w for g in node.gpus if g.power_w is not None]
-    mean_util = fmean(utils) if utils else 0.0
-    max_util = max(utils, default=0.0)
-    memory_fraction = used / total if total > 0 else 0.0
-    max_temp = max(temps, default=None)
+    fb_total = node.fb_used_mib + node.fb_free_mib
+    memory_fraction = node.fb_used_mib / fb_total if fb_total > 0 else 0.0
+    mean_util = node.util_mean
 
     verdicts: list[tuple[Tier, str]] = []
-    critical = sorted({(g.gpu, g.last_xid) for g in node.gpus if g.last_xid in policy.critical_xids})
-    for gpu, xid in critical:
-        verdicts.append((Tier.UNHEALTHY, f"GPU {gpu} reported critical XID {xid}"))
-    if not node.gpus:
+    for gpu, xid in node.xids:
+        if xid in policy.critical_xids:
+            verdicts.append((Tier.UNHEALTHY, f"GPU {gpu} reported critical XID {xid}"))
+    if node.gpus == 0:
         verdicts.append((Tier.UNHEALTHY, "no GPU series reported"))
-    elif node.gpus_seen_recently > len(node.gpus):
-        missing = node.gpus_seen_recently - len(node.gpus)
+    elif node.gpus_seen_recently > node.gpus:
+        missing = node.gpus_seen_recently - node.gpus
         verdicts.append((Tier.UNHEALTHY, f"{missing} of {node.gpus_seen_recently} GPU series vanished"))
-    elif not utils:
+    elif node.util_count == 0:
         verdicts.append((Tier.UNHEALTHY, "no utilisation series reported"))
     if mean_util >= policy.hot_util_percent:
         verdicts.append((Tier.HOT, f"mean GPU util {mean_util:.0f}% ≥ {policy.hot_util_percent:g}%"))
@@ -73,20 +66,20 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         verdicts.append((Tier.HOT, f"GPU memory {memory_fraction:.0%} used ≥ {policy.hot_memory_fraction:.0%}"))
     elif memory_fraction >= policy.warm_memory_fraction:
         verdicts.append((Tier.WARM, f"GPU memory {memory_fraction:.0%} used ≥ {policy.warm_memory_fraction:.0%}"))
-    if max_temp is not None and max_temp >= policy.hot_temperature_c:
-        verdicts.append((Tier.HOT, f"GPU temperature {max_temp:.0f}°C ≥ {policy.hot_temperature_c:g}°C"))
+    temperature = node.temperature_max_c
+    if temperature is not None and temperature >= policy.hot_temperature_c:
+        verdicts.append((Tier.HOT, f"GPU temperature {temperature:.0f}°C ≥ {policy.hot_temperature_c:g}°C"))
 
-    tier = max((t for t, _ in verdicts), default=Tier.COOL)
     return NodeHeat(
         name=node.name,
-        gpus=node.allocatable_gpus if node.allocatable_gpus is not None else len(node.gpus),
+        gpus=node.allocatable_gpus if node.allocatable_gpus is not None else node.gpus,
         gpus_allocated=_allocated(node),
         gpu_util=mean_util,
-        max_gpu_util=max_util,
+        max_gpu_util=node.util_max,
         memory_used_fraction=memory_fraction,
-        max_temperature_c=max_temp,
-        power_w=sum(powers) if powers else None,
-        tier=tier,
+        max_temperature_c=temperature,
+        power_w=node.power_w,
+        tier=max((tier for tier, _ in verdicts), default=Tier.COOL),
         reasons=tuple(reason for _, reason in sorted(verdicts, key=lambda v: -v[0])),
     )
 
@@ -95,7 +88,7 @@ def _allocated(node: NodeTelemetry) -> int:
     """kube-state-metrics' count when scraped; otherwise GPUs whose series name a workload pod."""
     if node.allocated_gpus is not None:
         return node.allocated_gpus
-    return sum(1 for g in node.gpus if g.pod is not None)
+    return sum(pod.gpus for pod in node.pods)
 
 
 @dataclass(frozen=True, slots=True)

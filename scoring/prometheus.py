@@ -8,7 +8,6 @@ Errors, all `TelemetryError`:
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -20,7 +19,7 @@ from urllib3.util.retry import Retry
 
 from scoring import dcgm
 from scoring.policy import BalancerPolicy, PrometheusConnection
-from scoring.series import Readings, Series, build_snapshot, detect_node_label
+from scoring.series import SUMMED, Series, build_snapshot
 from scoring.telemetry import ClusterSnapshot
 
 
@@ -44,12 +43,8 @@ class PrometheusQueryError(TelemetryError):
 QueryFn = Callable[[str], list[dict]]
 """Runs one instant PromQL query and returns Prometheus's `data.result` list."""
 
-_NODE_LABELS = ", ".join(dcgm.NODE_LABEL_CANDIDATES)
-_IDENTITY_BY = ", ".join((*dcgm.NODE_LABEL_CANDIDATES, *dcgm.IDENTITY_LABELS, *dcgm.WORKLOAD_LABELS))
-_VALUE_BY = ", ".join((*dcgm.NODE_LABEL_CANDIDATES, "gpu", "GPU_I_ID"))
-_IDENTITY_METRIC = dcgm.FB_USED
-"""The one metric whose query carries every identity and workload label; the others carry only
-the join key, which keeps the answer for a 40,000-GPU fleet small."""
+_NODE = ", ".join(dcgm.NODE_LABEL_CANDIDATES)
+_WORKLOAD = "exported_pod, exported_namespace, pod, namespace"
 
 
 def selector(metric: str, matchers: str, *extra: str) -> str:
@@ -58,24 +53,38 @@ def selector(metric: str, matchers: str, *extra: str) -> str:
     return f"{metric}{{{', '.join(parts)}}}"
 
 
-def snapshot_queries(matchers: str, lookback_seconds: float) -> dict[str, str]:
-    """Every instant query a snapshot needs, by name. Aggregation drops labels nobody reads."""
+def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_metrics: bool) -> dict[str, str]:
+    """Every instant query a snapshot needs, by the row-set name `scoring.series` reads.
+
+    Each DCGM gauge is scanned once: Prometheus aggregates per node where the figure is a sum or a
+    maximum, and returns one short row per GPU only for utilisation, which the builder needs per
+    node and per pod. The two utilisation gauges are fetched apart and merged by the builder,
+    because a PromQL `or` join over 40,000 GPUs costs more than both fetches together.
+    """
+    used = selector(dcgm.FB_USED, matchers)
+    per_gpu = f"{_NODE}, gpu, GPU_I_ID, {_WORKLOAD}"
+    summed = selector("", matchers, f'__name__=~"{"|".join(SUMMED.values())}"')
+    # Every GPU node has a GPU 0: its samples date the fleet at an eighth of the cost of all GPUs.
+    gpu_zero = selector(dcgm.FB_USED, matchers, 'gpu="0"')
+    gpu_resource = 'resource="nvidia_com_gpu"'
+    requests_ = selector("kube_pod_container_resource_requests", matchers, gpu_resource, 'node!=""')
+    phase = selector("kube_pod_status_phase", matchers, 'phase=~"Pending|Running"')
+    allocatable = selector("kube_node_status_allocatable", matchers, gpu_resource)
     queries = {
-        metric: f"max by ({_IDENTITY_BY if metric == _IDENTITY_METRIC else _VALUE_BY}) ({selector(metric, matchers)})"
-        for metric in dcgm.GPU_METRICS
+        "gpu_kinds": f"count by ({_NODE}, modelName, GPU_I_PROFILE) ({used})",
+        "gpu_util": f"max by ({per_gpu}) ({selector(dcgm.GPU_UTIL, matchers)})",
+        "sums": f"sum by (__name__, {_NODE}) ({summed})",
+        "temperature_max": f"max by ({_NODE}) ({selector(dcgm.GPU_TEMP, matchers)})",
+        "xids": f"max by ({_NODE}, gpu) ({selector(dcgm.XID_ERRORS, matchers)}) > 0",
+        "seen_recently": (f"count by ({_NODE}) (count by ({_NODE}, gpu, GPU_I_ID) "
+                          f"(last_over_time({used}[{int(lookback_seconds)}s])))"),
+        "newest_sample": f"max(timestamp({gpu_zero}))",
+        "ksm_allocated": (f"sum by (node) ({requests_} * on (namespace, pod) group_left () "
+                          f"max by (namespace, pod) ({phase}))"),
+        "ksm_allocatable": f"max by (node) ({allocatable})",
     }
-    ident = selector(_IDENTITY_METRIC, matchers)
-    window = f"{int(lookback_seconds)}s"
-    queries["seen_recently"] = (f"count by ({_NODE_LABELS}) (count by ({_VALUE_BY}) "
-                                f"(last_over_time({ident}[{window}])))")
-    queries["newest_sample"] = f"max(timestamp({ident}))"
-    requests_sel = selector("kube_pod_container_resource_requests", matchers,
-                            'resource="nvidia_com_gpu"', 'node!=""')
-    phase_sel = selector("kube_pod_status_phase", matchers, 'phase=~"Pending|Running"')
-    queries["ksm_allocated"] = (f"sum by (node) ({requests_sel} * on (namespace, pod) group_left () "
-                                f"max by (namespace, pod) ({phase_sel}))")
-    allocatable_sel = selector("kube_node_status_allocatable", matchers, 'resource="nvidia_com_gpu"')
-    queries["ksm_allocatable"] = f"max by (node) ({allocatable_sel})"
+    if use_profiling_metrics:
+        queries["gpu_engine_active"] = f"max by ({per_gpu}) ({selector(dcgm.GR_ENGINE_ACTIVE, matchers)})"
     return queries
 
 
@@ -118,37 +127,28 @@ def _series(result: Sequence[dict]) -> list[Series]:
     return [Series(row["metric"], float(row["value"][1])) for row in result]
 
 
+
 def read_snapshot(query: QueryFn, policy: BalancerPolicy, *,
                   now: Callable[[], datetime] | None = None) -> ClusterSnapshot:
     """Run the snapshot queries and build a `ClusterSnapshot`."""
     clock = now or (lambda: datetime.now(timezone.utc))
     taken_at = clock()
-    queries = snapshot_queries(policy.prometheus.selector_matchers, policy.telemetry.vanish_lookback_seconds)
+    queries = snapshot_queries(policy.prometheus.selector_matchers,
+                               lookback_seconds=policy.telemetry.vanish_lookback_seconds,
+                               use_profiling_metrics=policy.telemetry.use_profiling_metrics)
     # All queries at once: a refresh then costs one round trip, and a silent Prometheus one timeout.
     pool = ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="promql")
     try:
-        answers = dict(zip(queries, pool.map(query, queries.values())))
+        answers = {name: _series(rows) for name, rows in zip(queries, pool.map(query, queries.values()))}
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-    readings: Readings = {metric: _series(answers[metric]) for metric in dcgm.GPU_METRICS}
-    label = detect_node_label(readings, policy.telemetry.node_label)
-    newest = answers["newest_sample"]
+    newest = answers.pop("newest_sample")
     return build_snapshot(
-        readings,
+        answers,
         taken_at=taken_at,
-        node_label=label or policy.telemetry.node_label,
-        use_profiling_metrics=policy.telemetry.use_profiling_metrics,
-        gpus_seen_recently=_per_node(answers["seen_recently"], label),
-        allocatable_gpus=_per_node(answers["ksm_allocatable"], "node") or None,
-        allocated_gpus=_per_node(answers["ksm_allocated"], "node") or None,
-        newest_sample_at=datetime.fromtimestamp(float(newest[0]["value"][1]), tz=timezone.utc) if newest else None,
+        node_label=policy.telemetry.node_label,
+        gpus_seen_recently=answers.pop("seen_recently"),
+        allocatable_gpus=answers.pop("ksm_allocatable"),
+        allocated_gpus=answers.pop("ksm_allocated"),
+        newest_sample_at=datetime.fromtimestamp(newest[0].value, tz=timezone.utc) if newest else None,
     )
-
-
-def _per_node(result: Sequence[dict], label: str) -> dict[str, int]:
-    totals: dict[str, int] = defaultdict(int)
-    for row in result:
-        node = row["metric"].get(label, "") if label else ""
-        if node:
-            totals[node] += int(float(row["value"][1]))
-    return dict(totals)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 
@@ -18,8 +18,9 @@ class PodRef:
 
 @dataclass(frozen=True, slots=True)
 class GpuSample:
-    """One GPU (or MIG instance) as last reported by the exporter."""
+    """One GPU (or MIG instance) as last reported by an exporter."""
 
+    node: str
     gpu: str
     """The exporter's `gpu` index label, kept as text ("0", "1", ...)."""
     uuid: str = ""
@@ -36,27 +37,57 @@ class GpuSample:
     mig_profile: str = ""
     mig_instance: str = ""
 
-    @property
-    def memory_used_fraction(self) -> float | None:
-        if self.fb_used_mib is None or self.fb_free_mib is None:
-            return None
-        total = self.fb_used_mib + self.fb_free_mib
-        return self.fb_used_mib / total if total > 0 else None
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    """GPUs one workload pod holds on a node, and how busy they are."""
+
+    namespace: str
+    name: str
+    gpus: int
+    util_percent: float
+    """Mean busy share of its GPUs, 0–100."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuKind:
+    """How many GPUs (or MIG instances of one profile) of one model a node has."""
+
+    model: str
+    mig_profile: str
+    count: int
 
 
 @dataclass(frozen=True, slots=True)
 class NodeTelemetry:
-    """All GPUs of one node, plus what kube-state-metrics says about allocation when it is scraped."""
+    """One node's GPUs, aggregated. Prometheus computes these sums at scale; `scoring.series`
+    computes the same from per-GPU samples."""
 
     name: str
-    gpus: tuple[GpuSample, ...]
+    gpus: int
+    """GPU (or MIG instance) series reporting now."""
+    util_sum: float = 0.0
+    util_count: int = 0
+    """How many GPUs reported utilisation; the mean is `util_sum / util_count`."""
+    util_max: float = 0.0
+    fb_used_mib: float = 0.0
+    fb_free_mib: float = 0.0
+    temperature_max_c: float | None = None
+    power_w: float | None = None
+    gpu_kinds: tuple[GpuKind, ...] = ()
+    xids: tuple[tuple[str, int], ...] = ()
+    """(gpu, last XID code) for every GPU whose last XID is non-zero."""
+    pods: tuple[PodUsage, ...] = ()
     gpus_seen_recently: int = 0
-    """How many GPU series this node had within the vanish look-back window; more than `len(gpus)`
-    means some series disappeared."""
+    """GPU series seen within the vanish look-back window; more than `gpus` means some vanished."""
     allocatable_gpus: int | None = None
     """From `kube_node_status_allocatable`, when kube-state-metrics is scraped."""
     allocated_gpus: int | None = None
     """From `kube_pod_container_resource_requests`, when kube-state-metrics is scraped."""
+
+    @property
+    def util_mean(self) -> float:
+        return self.util_sum / self.util_count if self.util_count else 0.0
 
 
 @dataclass(frozen=True)
@@ -66,11 +97,11 @@ class ClusterSnapshot:
     taken_at: datetime
     nodes: tuple[NodeTelemetry, ...]
     node_label: str = ""
-    """The series label the node name was read from (see `scoring.series.NODE_LABEL_CANDIDATES`)."""
+    """The series label the node name was read from (see `scoring.dcgm.NODE_LABEL_CANDIDATES`)."""
     vanished_nodes: tuple[str, ...] = ()
     """Nodes that reported GPUs within the look-back window but report none now."""
     newest_sample_at: datetime | None = None
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
 
     @cached_property
     def by_name(self) -> dict[str, NodeTelemetry]:

@@ -6,30 +6,14 @@ import math
 import random
 from dataclasses import dataclass
 
+from scoring.telemetry import GpuSample, PodRef
+
 PROFILES = ("skewed", "uniform", "idle", "failing")
 """skewed: a heavy-tailed few nodes run hot while most idle — the pile-up the stock scheduler
 makes. uniform: every node moderately busy. idle: nothing running. failing: skewed, plus one node
 with a critical XID and one under GPU-memory pressure."""
 
 H100_MEMORY_MIB = 81559.0
-
-
-@dataclass(frozen=True, slots=True)
-class GpuReading:
-    """What an exporter would report for one GPU."""
-
-    node: str
-    gpu: int
-    uuid: str
-    model: str
-    util_percent: float
-    fb_used_mib: float
-    fb_free_mib: float
-    temperature_c: float
-    power_w: float
-    last_xid: int = 0
-    pod: tuple[str, str, str] | None = None
-    """(namespace, pod, container) of the workload holding this GPU, if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +48,10 @@ def node_load_levels(spec: FleetSpec) -> list[float]:
             else 0.05 + rng.uniform(0, 0.2)) for i in range(spec.nodes)]
 
 
-def generate_fleet(spec: FleetSpec) -> list[GpuReading]:
+def generate_fleet(spec: FleetSpec) -> list[GpuSample]:
     """Every GPU's reading. A GPU with load is allocated to a pod; idle GPUs are free."""
     rng = random.Random(spec.seed * 7919 + 1)
-    readings: list[GpuReading] = []
+    readings: list[GpuSample] = []
     levels = node_load_levels(spec)
     for n, level in enumerate(levels):
         node = spec.node_name(n)
@@ -82,9 +66,9 @@ def generate_fleet(spec: FleetSpec) -> list[GpuReading]:
             if memory_pressure:
                 used = 0.97 * H100_MEMORY_MIB
             xid = 79 if spec.profile == "failing" and n == spec.nodes - 1 and g == 0 else 0
-            readings.append(GpuReading(
+            readings.append(GpuSample(
                 node=node,
-                gpu=g,
+                gpu=str(g),
                 uuid=f"GPU-{spec.seed:08x}-{n:04x}-{g:04x}-0000-{n * spec.gpus_per_node + g:012x}",
                 model=spec.model,
                 util_percent=round(util, 1),
@@ -93,6 +77,6 @@ def generate_fleet(spec: FleetSpec) -> list[GpuReading]:
                 temperature_c=round(32 + 45 * util / 100 + rng.uniform(0, 3)),
                 power_w=round(70 + 6.3 * util + rng.uniform(0, 10), 3),
                 last_xid=xid,
-                pod=("inference", f"svc-{n % 7}-{n:04d}{g}", "server") if busy or memory_pressure else None,
+                pod=PodRef("inference", f"svc-{n % 7}-{n:04d}{g}", "server") if busy or memory_pressure else None,
             ))
     return readings

@@ -1,11 +1,13 @@
 """The heat model: tiers, reasons and load figures from per-GPU samples."""
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from scoring.heat import Tier, fleet_heat, node_heat
 from scoring.policy import HeatPolicy
+from scoring.series import Series, aggregate_samples, build_snapshot
 from scoring.telemetry import ClusterSnapshot, GpuSample, NodeTelemetry, PodRef
 
 POLICY = HeatPolicy()
@@ -13,12 +15,17 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 
 
 def gpu(index=0, util=10.0, used=10_000.0, free=70_000.0, temp=50.0, xid=0, pod=None, power=100.0):
-    return GpuSample(gpu=str(index), util_percent=util, fb_used_mib=used, fb_free_mib=free,
+    return GpuSample(node="n1", gpu=str(index), util_percent=util, fb_used_mib=used, fb_free_mib=free,
                      temperature_c=temp, power_w=power, last_xid=xid, pod=pod)
 
 
-def node(*gpus, name="n1", seen=0, **kwargs):
-    return NodeTelemetry(name=name, gpus=tuple(gpus), gpus_seen_recently=seen, **kwargs)
+def node(*gpus, seen=0, **ksm):
+    """Node telemetry for these GPUs, aggregated the way the snapshot builder does it."""
+    if not gpus:
+        return NodeTelemetry(name="n1", gpus=0)
+    seen_rows = [Series({"node": "n1"}, seen)] if seen else []
+    (telemetry,) = build_snapshot(aggregate_samples(gpus), taken_at=NOW, gpus_seen_recently=seen_rows).nodes
+    return replace(telemetry, **ksm)
 
 
 @pytest.mark.parametrize(("telemetry", "tier", "reason"), [
@@ -34,7 +41,7 @@ def node(*gpus, name="n1", seen=0, **kwargs):
     (node(gpu(0, 5, xid=13)), Tier.COOL, None),
     (node(gpu(0, 5), seen=2), Tier.UNHEALTHY, "1 of 2 GPU series vanished"),
     (node(), Tier.UNHEALTHY, "no GPU series reported"),
-    (node(GpuSample(gpu="0", fb_used_mib=1, fb_free_mib=1)), Tier.UNHEALTHY, "no utilisation series"),
+    (node(GpuSample(node="n1", gpu="0", fb_used_mib=1, fb_free_mib=1)), Tier.UNHEALTHY, "no utilisation series"),
 ])
 def test_each_node_gets_the_tier_its_worst_signal_deserves(telemetry, tier, reason):
     heat = node_heat(telemetry, POLICY)

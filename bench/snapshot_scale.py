@@ -1,0 +1,94 @@
+"""Benchmark: snapshot refresh (queries included) against a real Prometheus holding a large fleet.
+
+Starts `fake-dcgm` exporters as separate processes (so their memory is not counted), a local
+Prometheus scraping them, waits until every GPU is in, then times `read_snapshot` and reports
+this process's peak RSS. Target (issue 2): 5,000 nodes × 8 GPUs refresh ≤ 2 s and ≤ 300 MB RSS.
+
+    .venv/bin/python bench/snapshot_scale.py [--nodes 5000] [--gpus 8] [--exporters 10] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget, free_port
+from scoring import dcgm
+from scoring.heat import fleet_heat
+from scoring.policy import default_policy
+from scoring.prometheus import connect, read_snapshot
+
+
+def start_exporters(nodes: int, gpus: int, exporters: int) -> tuple[list[subprocess.Popen], list[str]]:
+    processes, addresses = [], []
+    per_exporter = nodes // exporters
+    for index in range(exporters):
+        port = free_port()
+        # One exporter per rack, each with its own node names, as separate processes.
+        processes.append(subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys; from sim.fleet import FleetSpec, generate_fleet; from sim.dcgm_text import render_exposition;"
+             "from sim.fake_dcgm import make_server;"
+             f"spec = FleetSpec(nodes={per_exporter}, gpus_per_node={gpus}, profile='skewed', seed={index + 1},"
+             f" node_prefix='rack{index:02d}-node-');"
+             f"make_server(render_exposition(generate_fleet(spec), profiling=True), port={port}).serve_forever()"],
+        ))
+        addresses.append(f"127.0.0.1:{port}")
+    return processes, addresses
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--exporters", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    total_gpus = (args.nodes // args.exporters) * args.exporters * args.gpus
+
+    processes, addresses = start_exporters(args.nodes, args.gpus, args.exporters)
+    prometheus = LocalPrometheus([ScrapeTarget(a) for a in addresses], scrape_interval="15s")
+    try:
+        prometheus.start()
+        started = time.monotonic()
+        prometheus.wait_for(f"count({dcgm.GR_ENGINE_ACTIVE}) == {total_gpus}", timeout=300)
+        print(f"fleet: {args.nodes} nodes x {args.gpus} GPUs = {total_gpus} GPUs from {args.exporters} exporters, "
+              f"in Prometheus after {time.monotonic() - started:.1f}s")
+        policy = default_policy()
+        policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus.url, timeout_seconds=30))
+        query = connect(policy.prometheus)
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        timings, cpu_timings = [], []
+        for _ in range(args.repeats):
+            begin, cpu_begin = time.perf_counter(), time.process_time()
+            snapshot = read_snapshot(query, policy)
+            timings.append(time.perf_counter() - begin)
+            cpu_timings.append(time.process_time() - cpu_begin)
+        heat_begin = time.perf_counter()
+        fleet = fleet_heat(snapshot, policy.heat, now=datetime.now(timezone.utc),
+                           staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
+        heat_seconds = time.perf_counter() - heat_begin
+        rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        gpus_seen = sum(n.gpus for n in snapshot.nodes)
+        assert gpus_seen == total_gpus, f"snapshot holds {gpus_seen} GPUs, fleet has {total_gpus}"
+        print(f"snapshot refresh (all queries + build): median {statistics.median(timings):.3f}s, "
+              f"min {min(timings):.3f}s, max {max(timings):.3f}s over {args.repeats} runs (target <= 2 s)")
+        print(f"  of which this process's CPU (HTTP, JSON, snapshot build): median "
+              f"{statistics.median(cpu_timings):.3f}s; the rest is Prometheus evaluating on the same 2 cores")
+        print(f"heat model over {len(fleet.nodes)} nodes: {heat_seconds * 1000:.1f} ms")
+        print(f"peak RSS of the refreshing process: {rss_peak:.0f} MB (before refreshes {rss_before:.0f} MB; "
+              f"target <= 300 MB)")
+    finally:
+        prometheus.stop()
+        for process in processes:
+            process.terminate()
+
+
+if __name__ == "__main__":
+    main()

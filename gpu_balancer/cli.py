@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -79,6 +80,35 @@ def cmd_fake_dcgm(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_webhook(args: argparse.Namespace) -> int:
+    from webhook.serve import serve
+
+    policy = load_policy(args.config, args.prometheus_url)
+    for path in (args.tls_cert, args.tls_key):
+        if not os.path.isfile(path):
+            raise UsageError(f"TLS file {path} does not exist")
+    try:
+        return serve(policy, tls_cert=args.tls_cert, tls_key=args.tls_key, host=args.host, port=args.port)
+    except ssl.SSLError as error:
+        raise UsageError(f"cannot load the TLS certificate and key: {error}") from None
+
+
+def cmd_certs_generate(args: argparse.Namespace) -> int:
+    from certs.files import write_bundle
+    from certs.issue import issue_ca, issue_serving, service_dns_names
+
+    if not args.service or not args.namespace:
+        raise UsageError("--service and --namespace must not be empty")
+    ca = issue_ca()
+    serving = issue_serving(ca, service_dns_names(args.service, args.namespace) + list(args.extra_dns))
+    try:
+        paths = write_bundle(Path(args.out_dir), ca, serving)
+    except OSError as error:
+        raise UsageError(f"cannot write to {args.out_dir}: {error.strerror}") from None
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from gpu_balancer.demo import run_demo
 
@@ -106,6 +136,24 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--host", default="127.0.0.1")
     fake.add_argument("--port", type=int, default=9400)
     fake.set_defaults(handler=cmd_fake_dcgm)
+
+    hook = commands.add_parser("webhook", help="serve the mutating admission webhook over TLS")
+    hook.add_argument("--prometheus-url", help="Prometheus base URL (overrides the policy's)")
+    hook.add_argument("--tls-cert", required=True)
+    hook.add_argument("--tls-key", required=True)
+    hook.add_argument("--host", default="0.0.0.0")
+    hook.add_argument("--port", type=int, default=8443)
+    hook.add_argument("--config", help="BalancerPolicy YAML file")
+    hook.set_defaults(handler=cmd_webhook)
+
+    certs = commands.add_parser("certs", help="webhook certificates")
+    certs_commands = certs.add_subparsers(dest="certs_command", required=True, metavar="ACTION")
+    generate = certs_commands.add_parser("generate", help="write a CA and a serving certificate for the Service")
+    generate.add_argument("--service", required=True)
+    generate.add_argument("--namespace", required=True)
+    generate.add_argument("--out-dir", required=True)
+    generate.add_argument("--extra-dns", action="append", default=[], help="another DNS SAN (repeatable)")
+    generate.set_defaults(handler=cmd_certs_generate)
 
     demo = commands.add_parser("demo", help="fake-dcgm + a local Prometheus + the live heat table")
     demo.add_argument("--nodes", type=int, default=12)

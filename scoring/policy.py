@@ -96,10 +96,44 @@ class HeatPolicy:
 
 
 @dataclass(frozen=True)
+class PlacementPolicy:
+    max_preferred_nodes: int = 5
+    """K: preferred node terms per pod. Small, because the pod spec must stay small at any fleet
+    size and the scheduler only needs a few good targets; five survive a few filling up."""
+    hard_avoid_hot: bool = False
+    """Add a required NotIn for hot and unhealthy nodes. Off by default: soft advice cannot
+    strand a pod, hard advice can when telemetry is wrong."""
+    hard_avoid_min_spare_gpus: int = 8
+    """Hard avoidance only applies while cool and warm nodes keep at least this many free GPUs
+    beyond the pod's own request, so a sudden wave cannot be left unschedulable."""
+    max_avoided_nodes: int = 32
+    """At most this many nodes named in a required NotIn (pod spec size stays bounded)."""
+    settle_seconds: float = 45.0
+    """How long steered load is remembered past the telemetry that could show it: scheduling,
+    image pull and one exporter interval before the pod's GPU use appears in DCGM."""
+    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
+    """Resource names (a trailing * matches a prefix) that make a pod a GPU pod."""
+    workload_label: str = "app.kubernetes.io/name"
+    """A pod carrying this label is spread across nodes with its peers even without a ReplicaSet."""
+    training_label_keys: tuple[str, ...] = (
+        "training.kubeflow.org/job-name", "jobset.sigs.k8s.io/jobset-name", "leaderworkerset.sigs.k8s.io/name",
+        "batch.kubernetes.io/job-name", "volcano.sh/job-name", "kueue.x-k8s.io/pod-group-name")
+    """Labels naming a distributed job whose pods should pack into one interconnect domain.
+    `batch.kubernetes.io/job-name` only counts on Indexed Jobs."""
+    interconnect_label: str = "nvidia.com/gpu.clique"
+    """GPU Feature Discovery's NVLink domain label, the tightest packing domain."""
+    network_block_label: str = "network.topology.kubernetes.io/block"
+    """A site's network-block (leaf switch) node label; the next packing domain."""
+    own_namespace: str = "gpu-balancer"
+    """The webhook's own namespace, never mutated (defence in depth behind the namespaceSelector)."""
+
+
+@dataclass(frozen=True)
 class BalancerPolicy:
     prometheus: PrometheusConnection = field(default_factory=PrometheusConnection)
     telemetry: TelemetryPolicy = field(default_factory=TelemetryPolicy)
     heat: HeatPolicy = field(default_factory=HeatPolicy)
+    placement: PlacementPolicy = field(default_factory=PlacementPolicy)
 
 
 def default_policy() -> BalancerPolicy:
@@ -149,6 +183,13 @@ def validate_policy(policy: BalancerPolicy) -> None:
     matchers = prom.selector_matchers
     _require(not matchers or re.fullmatch(rf"{_MATCHER.pattern}(,{_MATCHER.pattern})*,?\s*", matchers) is not None,
              "prometheus.seriesSelector", 'must be label matchers such as {cluster="prod"}')
+    placement = policy.placement
+    _require(1 <= placement.max_preferred_nodes <= 20, "placement.maxPreferredNodes", "must be between 1 and 20")
+    _require(0 <= placement.max_avoided_nodes <= 200, "placement.maxAvoidedNodes", "must be between 0 and 200")
+    _require(placement.hard_avoid_min_spare_gpus >= 0, "placement.hardAvoidMinSpareGpus", "must not be negative")
+    _require(placement.settle_seconds >= 0, "placement.settleSeconds", "must not be negative")
+    _require(bool(placement.gpu_resources) and all(placement.gpu_resources), "placement.gpuResources",
+             "needs at least one resource name")
     _require(bool(prom.basic_auth.username) == bool(prom.basic_auth.password_file),
              "prometheus.basicAuth", "needs both username and passwordFile")
 

@@ -1,0 +1,63 @@
+"""One admission decision: from a decoded request and the current telemetry to a response. No I/O.
+
+The only state touched is the injected steering ledger. Outcomes and reasons are returned for the
+metrics and logs; the response always allows the pod.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from scoring.heat import FleetHeat
+from scoring.placement import NO_ADVICE, advise
+from scoring.policy import PlacementPolicy
+from webhook.ledger import SteeringLedger
+from webhook.mutate import mutate_pod
+from webhook.pods import BadQuantity, exemption, gpu_request
+from webhook.review import AdmissionRequest, AdmissionReviewOut, build_response
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    review: AdmissionReviewOut
+    outcome: str
+    """"mutated" or "unchanged"."""
+    reason: str
+    """A short, bounded code for metrics: why the outcome."""
+    detail: str = ""
+
+
+def decide(request: AdmissionRequest, *, fleet: FleetHeat | None, telemetry_time: datetime | None,
+           snapshot_age_seconds: float | None, ledger: SteeringLedger, policy: PlacementPolicy,
+           now: datetime) -> Decision:
+    def unchanged(reason: str, detail: str = "", warnings: tuple[str, ...] = ()) -> Decision:
+        return Decision(build_response(request.uid, warnings=warnings), "unchanged", reason, detail)
+
+    if request.kind != "Pod":
+        return unchanged("not-pod")
+    if request.operation != "CREATE":
+        return unchanged("not-create")
+    pod = request.obj
+    if pod is None:
+        return unchanged("no-object")
+    why_exempt = exemption(pod, request.namespace, policy)
+    if why_exempt:
+        return unchanged("exempt", why_exempt)
+    try:
+        needs = gpu_request(pod, policy)
+    except BadQuantity as error:
+        return unchanged("bad-quantity", str(error), (f"gpu-balancer: {error}",))
+    if needs is None:
+        return unchanged("not-gpu")
+
+    if fleet is None:
+        advice = NO_ADVICE
+    else:
+        advice = advise(fleet, gpus_requested=needs.whole_gpus, pending_gpus=ledger.pending(telemetry_time),
+                        policy=policy)
+    mutation = mutate_pod(pod, advice, snapshot_age_seconds=snapshot_age_seconds if fleet else None, policy=policy)
+    if advice.preferred and not request.dry_run:
+        ledger.record(advice.preferred[0].node, max(1, needs.whole_gpus), now)
+    reason = "steered" if advice.preferred else ("no-telemetry" if fleet is None else "no-room")
+    return Decision(build_response(request.uid, mutation.patch), "mutated", reason, mutation.annotation)

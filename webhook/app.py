@@ -1,0 +1,107 @@
+"""The FastAPI app: HTTP edges only — read the body, call `decide`, map errors to 4xx (does I/O)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from scoring.policy import BalancerPolicy
+from webhook.admit import decide
+from webhook.cache import SnapshotCache
+from webhook.ledger import SteeringLedger
+from webhook.metrics import WebhookMetrics, create_metrics
+from webhook.review import MAX_BODY_BYTES, ReviewError, build_response, decode_review
+
+log = logging.getLogger("gpu_balancer.webhook")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+async def _read_bounded(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ReviewError(f"body of {declared} bytes exceeds the {limit}-byte limit")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ReviewError(f"body exceeds the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: WebhookMetrics | None = None,
+               ledger: SteeringLedger | None = None, clock: Callable[[], datetime] = _utcnow,
+               run_cache: bool = True) -> FastAPI:
+    """The webhook app. `cache` is started and stopped with the app unless `run_cache` is False."""
+    metrics = metrics or create_metrics()
+    ledger = ledger or SteeringLedger(policy.placement.settle_seconds)
+
+    def snapshot_age() -> float:
+        current = cache.current
+        return -1.0 if current is None else current.snapshot.age_seconds(clock())
+
+    metrics.snapshot_age.set_function(snapshot_age)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if run_cache:
+            cache.start()
+        yield
+        if run_cache:
+            cache.stop()
+
+    app = FastAPI(title="gpu-balancer webhook", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.post("/mutate")
+    async def mutate(request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            admission = decode_review(await _read_bounded(request, MAX_BODY_BYTES))
+        except ReviewError as error:
+            metrics.bad_requests.inc()
+            status = 413 if "limit" in str(error) else 400
+            return JSONResponse({"error": str(error)}, status_code=status)
+        now = clock()
+        fleet = cache.fresh_fleet(now)
+        current = cache.current
+        try:
+            decision = decide(admission, fleet=fleet,
+                              telemetry_time=current.snapshot.newest_sample_at if current else None,
+                              snapshot_age_seconds=current.snapshot.age_seconds(now) if current else None,
+                              ledger=ledger, policy=policy.placement, now=now)
+        except Exception:  # noqa: BLE001 - a bug here must never block a pod
+            log.exception("admission %s failed; admitting unchanged", admission.uid)
+            metrics.admissions.labels("unchanged", "internal-error").inc()
+            return JSONResponse(build_response(admission.uid))
+        metrics.admissions.labels(decision.outcome, decision.reason).inc()
+        metrics.latency.observe(time.perf_counter() - started)
+        if decision.reason == "no-telemetry":
+            log.info("admitted %s/%s without node steering: no fresh telemetry", admission.namespace, admission.uid)
+        return JSONResponse(decision.review)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return PlainTextResponse("ok")
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        # Ready as soon as admissions can be answered; telemetry only changes what they say.
+        fleet = cache.fresh_fleet(clock())
+        state = "fresh" if fleet else ("stale" if cache.current else "none")
+        return JSONResponse({"ready": True, "telemetry": state, "last_error": cache.last_error})
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

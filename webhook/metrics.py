@@ -1,0 +1,35 @@
+"""The webhook's own Prometheus metrics, on a registry per app (no globals). No I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+@dataclass
+class WebhookMetrics:
+    registry: CollectorRegistry
+    admissions: Counter
+    latency: Histogram
+    snapshot_age: Gauge
+    telemetry_errors: Counter
+    bad_requests: Counter
+
+
+def create_metrics(registry: CollectorRegistry | None = None) -> WebhookMetrics:
+    registry = registry or CollectorRegistry()
+    return WebhookMetrics(
+        registry=registry,
+        admissions=Counter("gpu_balancer_admissions_total", "Admission reviews answered, by outcome and reason.",
+                           ["outcome", "reason"], registry=registry),
+        latency=Histogram("gpu_balancer_admission_duration_seconds", "Time to answer one admission review.",
+                          buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+                          registry=registry),
+        snapshot_age=Gauge("gpu_balancer_snapshot_age_seconds",
+                           "Age of the telemetry behind the current snapshot (-1: none yet).", registry=registry),
+        telemetry_errors=Counter("gpu_balancer_telemetry_errors_total", "Failed telemetry refreshes.",
+                                 registry=registry),
+        bad_requests=Counter("gpu_balancer_bad_requests_total", "Requests that were not usable AdmissionReviews.",
+                             registry=registry),
+    )

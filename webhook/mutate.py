@@ -1,0 +1,126 @@
+"""Pod mutation: scheduling terms from advice, merged without loosening anything. Pure, no I/O.
+
+`mutate_pod` returns the JSONPatch that turns the pod into its advised form. The patch is made
+by diffing a deep copy (`jsonpatch.make_patch`), and touches only `spec.affinity`,
+`spec.topologySpreadConstraints` and one annotation, which explains the decision.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import jsonpatch
+
+from scoring.placement import NodeAdvice
+from scoring.policy import PlacementPolicy
+from webhook.pods import ADVICE_ANNOTATION, replica_selector, training_group
+
+HOSTNAME_KEY = "kubernetes.io/hostname"
+ZONE_KEY = "topology.kubernetes.io/zone"
+MAX_ANNOTATION_NAMES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    patch: list[dict[str, Any]]
+    annotation: str
+    terms: tuple[str, ...]
+    """What was added: "node-affinity", "hard-avoid", "spread", "pack"."""
+
+
+def _child(parent: dict[str, Any], key: str, default: Any) -> Any:
+    """parent[key], created when missing or of the wrong type (we only ever add to it)."""
+    value = parent.get(key)
+    if not isinstance(value, type(default)):
+        value = parent[key] = default
+    return value
+
+
+def _add_node_preferences(spec: dict[str, Any], advice: NodeAdvice) -> None:
+    node_affinity = _child(_child(spec, "affinity", {}), "nodeAffinity", {})
+    preferred = _child(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution", [])
+    for preference in advice.preferred:
+        # matchFields metadata.name takes exactly one value: one term per node.
+        preferred.append({"weight": preference.weight, "preference": {"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [preference.node]}]}})
+
+
+def _add_hard_avoidance(spec: dict[str, Any], advice: NodeAdvice) -> None:
+    """A NotIn per avoided node, ANDed into *every* required term: terms are ORed, so adding a
+    new term instead would loosen the pod's existing constraints."""
+    requirements = [{"key": "metadata.name", "operator": "NotIn", "values": [a.node]} for a in advice.avoided]
+    node_affinity = _child(_child(spec, "affinity", {}), "nodeAffinity", {})
+    required = _child(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = _child(required, "nodeSelectorTerms", [])
+    if not terms:
+        terms.append({})
+    for term in terms:
+        if isinstance(term, dict):
+            _child(term, "matchFields", []).extend(copy.deepcopy(requirements))
+
+
+def _has_hostname_spread(spec: dict[str, Any]) -> bool:
+    constraints = spec.get("topologySpreadConstraints")
+    return isinstance(constraints, list) and any(
+        isinstance(c, dict) and c.get("topologyKey") == HOSTNAME_KEY for c in constraints)
+
+
+def _add_spread(spec: dict[str, Any], match_labels: dict[str, str], match_label_keys: list[str]) -> None:
+    constraint: dict[str, Any] = {"maxSkew": 1, "topologyKey": HOSTNAME_KEY, "whenUnsatisfiable": "ScheduleAnyway",
+                                  "labelSelector": {"matchLabels": dict(match_labels)}}
+    if match_label_keys:
+        constraint["matchLabelKeys"] = list(match_label_keys)
+    _child(spec, "topologySpreadConstraints", []).append(constraint)
+
+
+def _add_packing(spec: dict[str, Any], group: tuple[str, str], policy: PlacementPolicy) -> None:
+    pod_affinity = _child(_child(spec, "affinity", {}), "podAffinity", {})
+    preferred = _child(pod_affinity, "preferredDuringSchedulingIgnoredDuringExecution", [])
+    key, value = group
+    for weight, topology in ((100, policy.interconnect_label), (50, policy.network_block_label), (25, ZONE_KEY)):
+        preferred.append({"weight": weight, "podAffinityTerm": {
+            "labelSelector": {"matchLabels": {key: value}}, "topologyKey": topology}})
+
+
+def _names(items: list[str]) -> str:
+    shown = ",".join(items[:MAX_ANNOTATION_NAMES])
+    return shown + (f",+{len(items) - MAX_ANNOTATION_NAMES} more" if len(items) > MAX_ANNOTATION_NAMES else "")
+
+
+def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds: float | None,
+               policy: PlacementPolicy) -> Mutation:
+    """Add advice and workload terms to a copy of `pod` and return the patch from old to new."""
+    mutated = copy.deepcopy(pod)
+    spec = _child(mutated, "spec", {})
+    terms: list[str] = []
+    parts: list[str] = []
+    if advice.preferred:
+        _add_node_preferences(spec, advice)
+        terms.append("node-affinity")
+        parts.append("preferred " + _names([f"{p.node}({p.weight})" for p in advice.preferred]))
+    if advice.avoided:
+        parts.append(("required-avoid " if advice.hard else "avoided ")
+                     + _names([f"{a.node}({a.reason})" for a in advice.avoided]))
+    if advice.hard:
+        _add_hard_avoidance(spec, advice)
+        terms.append("hard-avoid")
+
+    group = training_group(pod, policy)
+    replicas = None if group else replica_selector(pod, policy)
+    if group:
+        _add_packing(spec, group, policy)
+        terms.append("pack")
+        parts.append(f"pack {group[0]}={group[1]}")
+    elif replicas and not _has_hostname_spread(spec):
+        _add_spread(spec, *replicas)
+        terms.append("spread")
+        parts.append("spread hostname")
+
+    age = "no telemetry" if snapshot_age_seconds is None else f"telemetry {snapshot_age_seconds:.0f}s old"
+    parts.append(age if advice.preferred or advice.avoided else f"{age}: {advice.reason}")
+    annotation = "; ".join(parts)
+    _child(_child(mutated, "metadata", {}), "annotations", {})[ADVICE_ANNOTATION] = annotation
+    patch = jsonpatch.make_patch(pod, mutated).patch
+    return Mutation(patch, annotation, tuple(terms))

@@ -1,0 +1,95 @@
+"""AdmissionReview (admission.k8s.io/v1) decoding and response building. Pure, no I/O.
+
+Errors: `ReviewError` (the request body is not a usable AdmissionReview); the app maps it to a
+4xx at the edge. A decoded review is always answered `allowed: true`: this webhook never denies.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict
+
+API_VERSION = "admission.k8s.io/v1"
+MAX_BODY_BYTES = 3 * 1024 * 1024
+"""The API server's own request limit is ~3 MB; anything larger is not from it."""
+MAX_WARNING_CHARS = 120
+
+
+class ReviewError(ValueError):
+    """The body is not an AdmissionReview we can answer; the message says why."""
+
+
+class ResponseStatus(TypedDict, total=False):
+    code: int
+    message: str
+
+
+class AdmissionResponse(TypedDict, total=False):
+    uid: str
+    allowed: bool
+    patchType: Literal["JSONPatch"]
+    patch: str
+    warnings: list[str]
+    status: ResponseStatus
+
+
+class AdmissionReviewOut(TypedDict):
+    apiVersion: str
+    kind: Literal["AdmissionReview"]
+    response: AdmissionResponse
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRequest:
+    uid: str
+    kind: str
+    """The object's kind, e.g. "Pod"."""
+    operation: str
+    namespace: str
+    obj: dict[str, Any] | None
+    dry_run: bool
+
+
+def decode_review(body: bytes) -> AdmissionRequest:
+    """Parse and check an AdmissionReview body."""
+    if len(body) > MAX_BODY_BYTES:
+        raise ReviewError(f"body of {len(body)} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
+    try:
+        review = json.loads(body)
+    except (ValueError, RecursionError) as error:
+        raise ReviewError(f"body is not valid JSON: {str(error)[:200]}") from None
+    if not isinstance(review, dict):
+        raise ReviewError("body must be a JSON object")
+    if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
+        raise ReviewError(f"expected apiVersion {API_VERSION} and kind AdmissionReview")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise ReviewError("request: missing or not an object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError("request.uid: missing or not a non-empty string")
+    kind = request.get("kind", {})
+    if not isinstance(kind, dict) or not isinstance(kind.get("kind", ""), str):
+        raise ReviewError("request.kind: must be an object with a string kind")
+    operation = request.get("operation", "")
+    namespace = request.get("namespace", "")
+    obj = request.get("object")
+    if not isinstance(operation, str) or not isinstance(namespace, str):
+        raise ReviewError("request.operation and request.namespace must be strings")
+    if obj is not None and not isinstance(obj, dict):
+        raise ReviewError("request.object: must be an object")
+    return AdmissionRequest(uid=uid, kind=kind.get("kind", ""), operation=operation, namespace=namespace,
+                            obj=obj, dry_run=request.get("dryRun") is True)
+
+
+def build_response(uid: str, patch: list[dict] | None = None, warnings: tuple[str, ...] = ()) -> AdmissionReviewOut:
+    """`allowed: true`, with the JSONPatch when there is one."""
+    response: AdmissionResponse = {"uid": uid, "allowed": True}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+    if warnings:
+        response["warnings"] = [w[:MAX_WARNING_CHARS] for w in warnings]
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}

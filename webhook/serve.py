@@ -1,0 +1,40 @@
+"""Run the webhook: policy, telemetry cache, app, and uvicorn over TLS with certificate reload (I/O)."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from scoring.policy import BalancerPolicy
+from scoring.prometheus import connect, read_snapshot
+from webhook.app import create_app
+from webhook.cache import SnapshotCache
+from webhook.metrics import create_metrics
+from webhook.tls import CertificateReloader, server_context
+
+
+def build_server(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: str, port: int,
+                 log_level: str = "info") -> tuple[uvicorn.Server, CertificateReloader]:
+    metrics = create_metrics()
+    query = connect(policy.prometheus)
+    cache = SnapshotCache(lambda: read_snapshot(query, policy), policy,
+                          on_error=lambda _error: metrics.telemetry_errors.inc())
+    app = create_app(policy, cache, metrics=metrics)
+    config = uvicorn.Config(app, host=host, port=port, ssl_certfile=tls_cert, ssl_keyfile=tls_key,
+                            log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
+    config.load()
+    # Replace uvicorn's context with ours: TLS 1.2 at least, and one we can reload in place.
+    config.ssl = server_context(tls_cert, tls_key)
+    return uvicorn.Server(config), CertificateReloader(config.ssl, tls_cert, tls_key)
+
+
+def serve(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: str = "0.0.0.0", port: int = 8443) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server, reloader = build_server(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port)
+    reloader.start()
+    try:
+        server.run()
+    finally:
+        reloader.stop()
+    return 0

@@ -3,7 +3,9 @@
 The advice is bounded (at most K preferred nodes, at most N avoided) whatever the fleet size, and
 it accounts for load steered since the telemetry was taken (`pending_gpus`), so a burst of pods
 inside one telemetry interval is spread in proportion to each node's free GPUs instead of all
-being sent to the same coolest node.
+being sent to the same coolest node. Nodes are ranked once per snapshot (`index_fleet`); `rank`
+walks that ranking, and `webhook.ledger` keeps the same ranking incrementally so an admission
+costs O(K log n) however many nodes have pending load.
 """
 
 from __future__ import annotations
@@ -46,41 +48,80 @@ class NodeAdvice:
 NO_ADVICE = NodeAdvice((), (), False, "no telemetry")
 
 
-def headroom(node: NodeHeat, pending_gpus: int) -> float:
-    """How attractive a node is for one more pod, 0–1; zero for hot, unhealthy or full nodes.
-
-    Idle GPU cycles times the share of the node's free GPUs not yet promised to pods steered
-    since the telemetry was taken: as a node is promised pods its score falls in proportion to
-    its free GPUs, so a burst spreads over nodes in proportion to what each has free.
-    """
+def base_headroom(node: NodeHeat) -> float:
+    """How attractive a node is before any pending load, 0–1; zero for hot, unhealthy or full nodes."""
     factor = _TIER_FACTOR.get(node.tier, 0.0)
-    free = node.gpus_free
-    if factor == 0.0 or free <= 0 or pending_gpus >= free:
+    if factor == 0.0 or node.gpus_free <= 0:
         return 0.0
     idle_cycles = 1.0 - node.gpu_util / 100.0
     memory_room = 1.0 - node.memory_used_fraction / 2.0
-    return factor * (0.25 + 0.75 * idle_cycles) * memory_room * (1.0 - pending_gpus / free)
+    return factor * (0.25 + 0.75 * idle_cycles) * memory_room
 
 
-def advise(fleet: FleetHeat, *, gpus_requested: int, pending_gpus: Mapping[str, int],
-           policy: PlacementPolicy) -> NodeAdvice:
+def headroom(base: float, gpus_free: int, pending_gpus: int) -> float:
+    """Base headroom times the share of free GPUs not yet promised to pods steered since the
+    telemetry was taken: as a node is promised pods its score falls in proportion to its free
+    GPUs, so a burst spreads over nodes in proportion to what each has free."""
+    if pending_gpus >= gpus_free:
+        return 0.0
+    return base * (1.0 - pending_gpus / gpus_free)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementIndex:
+    """A fleet's nodes ranked once per snapshot."""
+
+    ranked: tuple[tuple[float, int, str], ...]
+    """(base headroom, free GPUs, node) for every node with room, best first."""
+    avoided: tuple[NodeAvoidance, ...]
+    total_free: int
+    stale: bool
+
+
+def index_fleet(fleet: FleetHeat) -> PlacementIndex:
+    ranked = [(base, node.gpus_free, node.name) for node in fleet.nodes if (base := base_headroom(node)) > 0]
+    ranked.sort(key=lambda entry: (-entry[0], -entry[1], entry[2]))
+    avoided = tuple(NodeAvoidance(n.name, str(n.tier)) for n in fleet.nodes if n.tier >= Tier.HOT)
+    return PlacementIndex(tuple(ranked), avoided, sum(free for _, free, _ in ranked), fleet.stale)
+
+
+Candidate = tuple[float, int, str]
+"""(headroom after pending load, free GPUs not yet promised, node), compared best-last."""
+
+
+def rank(index: PlacementIndex, *, need: int, pending_gpus: Mapping[str, int], k: int) -> list[Candidate]:
+    """The K best nodes with at least `need` unpromised free GPUs, best first. Walks the ranking
+    only until no later node can beat the K-th: pending load only ever lowers a score."""
+    best: list[tuple[float, int, int, str]] = []  # min-heap; ties go to the earlier-ranked node
+    for position, (base, free, name) in enumerate(index.ranked):
+        if len(best) == k and base < best[0][0]:
+            break
+        pending = pending_gpus.get(name, 0)
+        if free - pending < need:
+            continue
+        entry = (headroom(base, free, pending), free - pending, -position, name)
+        if len(best) < k:
+            heapq.heappush(best, entry)
+        elif entry > best[0]:
+            heapq.heapreplace(best, entry)
+    return [(score, free, name) for score, free, _, name in sorted(best, reverse=True)]
+
+
+def advise(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Mapping[str, int],
+           policy: PlacementPolicy, ranked: list[Candidate] | None = None,
+           pending_total: int | None = None) -> NodeAdvice:
     """Preferred and avoided nodes for a pod that needs `gpus_requested` whole GPUs (0 for a
-    fractional or shared GPU: any node with a free GPU will do)."""
-    if fleet.stale:
+    fractional or shared GPU: any node with a free GPU will do). A caller that keeps the ranking
+    incrementally (`webhook.ledger`) passes `ranked` (equal to `rank(...)`) and `pending_total`."""
+    if index.stale:
         return NO_ADVICE
     need = max(1, gpus_requested)
-    scored = []
-    for node in fleet.nodes:
-        pending = pending_gpus.get(node.name, 0)
-        if node.gpus_free - pending >= need:
-            score = headroom(node, pending)
-            if score > 0:
-                scored.append((score, node.gpus_free - pending, node.name))
-    best = heapq.nlargest(policy.max_preferred_nodes, scored)  # ties: more free GPUs, then name
-    preferred = tuple(NodePreference(name, max(1, round(100 * score / best[0][0]))) for score, _, name in best)
-
-    avoided = tuple(NodeAvoidance(n.name, str(n.tier)) for n in fleet.nodes if n.tier >= Tier.HOT)
-    spare = sum(free for _, free, _ in scored) - need
+    if ranked is None:
+        ranked = rank(index, need=need, pending_gpus=pending_gpus, k=policy.max_preferred_nodes)
+    preferred = tuple(NodePreference(name, max(1, round(100 * score / ranked[0][0]))) for score, _, name in ranked)
+    avoided = index.avoided
+    promised = sum(pending_gpus.values()) if pending_total is None else pending_total
+    spare = index.total_free - promised - need
     hard = (policy.hard_avoid_hot and bool(avoided) and spare >= policy.hard_avoid_min_spare_gpus
             and len(avoided) <= policy.max_avoided_nodes)
     if not preferred:
@@ -88,5 +129,5 @@ def advise(fleet: FleetHeat, *, gpus_requested: int, pending_gpus: Mapping[str, 
     elif policy.hard_avoid_hot and avoided and not hard:
         reason = "hard avoidance skipped: too little cool capacity or too many hot nodes"
     else:
-        reason = f"{len(scored)} node(s) with room"
+        reason = "ranked by idle cycles, memory room and free GPUs not yet promised"
     return NodeAdvice(preferred, avoided, hard, reason)

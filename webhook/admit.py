@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from scoring.heat import FleetHeat
-from scoring.placement import NO_ADVICE, advise
+from scoring.placement import NO_ADVICE, PlacementIndex, advise
 from scoring.policy import PlacementPolicy
 from webhook.ledger import SteeringLedger
 from webhook.mutate import mutate_pod
@@ -28,7 +27,7 @@ class Decision:
     detail: str = ""
 
 
-def decide(request: AdmissionRequest, *, fleet: FleetHeat | None, telemetry_time: datetime | None,
+def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry_time: datetime | None,
            snapshot_age_seconds: float | None, ledger: SteeringLedger, policy: PlacementPolicy,
            now: datetime) -> Decision:
     def unchanged(reason: str, detail: str = "", warnings: tuple[str, ...] = ()) -> Decision:
@@ -51,13 +50,15 @@ def decide(request: AdmissionRequest, *, fleet: FleetHeat | None, telemetry_time
     if needs is None:
         return unchanged("not-gpu")
 
-    if fleet is None:
+    if index is None or index.stale:
         advice = NO_ADVICE
     else:
-        advice = advise(fleet, gpus_requested=needs.whole_gpus, pending_gpus=ledger.pending(telemetry_time),
-                        policy=policy)
-    mutation = mutate_pod(pod, advice, snapshot_age_seconds=snapshot_age_seconds if fleet else None, policy=policy)
+        ranked, promised = ledger.top(index, telemetry_time, need=max(1, needs.whole_gpus),
+                                      k=policy.max_preferred_nodes)
+        advice = advise(index, gpus_requested=needs.whole_gpus, pending_gpus={}, policy=policy, ranked=ranked,
+                        pending_total=promised)
+    mutation = mutate_pod(pod, advice, snapshot_age_seconds=snapshot_age_seconds if index else None, policy=policy)
     if advice.preferred and not request.dry_run:
         ledger.record(advice.preferred[0].node, max(1, needs.whole_gpus), now)
-    reason = "steered" if advice.preferred else ("no-telemetry" if fleet is None else "no-room")
+    reason = "steered" if advice.preferred else ("no-telemetry" if index is None else "no-room")
     return Decision(build_response(request.uid, mutation.patch), "mutated", reason, mutation.annotation)

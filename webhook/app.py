@@ -72,12 +72,11 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
             status = 413 if "limit" in str(error) else 400
             return JSONResponse({"error": str(error)}, status_code=status)
         now = clock()
-        fleet = cache.fresh_fleet(now)
-        current = cache.current
+        fresh = cache.fresh(now)
         try:
-            decision = decide(admission, fleet=fleet,
-                              telemetry_time=current.snapshot.newest_sample_at if current else None,
-                              snapshot_age_seconds=current.snapshot.age_seconds(now) if current else None,
+            decision = decide(admission, index=fresh.index if fresh else None,
+                              telemetry_time=fresh.snapshot.newest_sample_at if fresh else None,
+                              snapshot_age_seconds=fresh.snapshot.age_seconds(now) if fresh else None,
                               ledger=ledger, policy=policy.placement, now=now)
         except Exception:  # noqa: BLE001 - a bug here must never block a pod
             log.exception("admission %s failed; admitting unchanged", admission.uid)
@@ -96,8 +95,7 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
     @app.get("/readyz")
     async def readyz() -> Response:
         # Ready as soon as admissions can be answered; telemetry only changes what they say.
-        fleet = cache.fresh_fleet(clock())
-        state = "fresh" if fleet else ("stale" if cache.current else "none")
+        state = "fresh" if cache.fresh(clock()) else ("stale" if cache.current else "none")
         return JSONResponse({"ready": True, "telemetry": state, "last_error": cache.last_error})
 
     @app.get("/metrics")

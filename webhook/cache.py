@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from scoring.heat import FleetHeat, fleet_heat
+from scoring.placement import PlacementIndex, index_fleet
 from scoring.policy import BalancerPolicy
 from scoring.telemetry import ClusterSnapshot
 
@@ -24,6 +25,7 @@ class Telemetry:
 
     snapshot: ClusterSnapshot
     fleet: FleetHeat
+    index: PlacementIndex
 
 
 def _utcnow() -> datetime:
@@ -57,17 +59,17 @@ class SnapshotCache:
             return
         fleet = fleet_heat(snapshot, self._policy.heat, now=self._clock(),
                            staleness_limit_seconds=self._policy.telemetry.staleness_limit_seconds)
-        self._current = Telemetry(snapshot, fleet)
+        self._current = Telemetry(snapshot, fleet, index_fleet(fleet))
         self.last_error = None
 
-    def fresh_fleet(self, now: datetime) -> FleetHeat | None:
-        """The current fleet heat if its telemetry is within the staleness limit, else None."""
+    def fresh(self, now: datetime) -> Telemetry | None:
+        """The current telemetry if it is within the staleness limit, else None."""
         current = self._current
         if current is None or not current.snapshot.nodes:
             return None
         if current.snapshot.age_seconds(now) > self._policy.telemetry.staleness_limit_seconds:
             return None
-        return current.fleet
+        return current
 
     def _run(self) -> None:
         while not self._stop.is_set():

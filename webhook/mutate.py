@@ -1,13 +1,15 @@
 """Pod mutation: scheduling terms from advice, merged without loosening anything. Pure, no I/O.
 
 `mutate_pod` returns the JSONPatch that turns the pod into its advised form. The patch is made
-by diffing a deep copy (`jsonpatch.make_patch`), and touches only `spec.affinity`,
-`spec.topologySpreadConstraints` and one annotation, which explains the decision.
+by diffing a deep copy (`jsonpatch.make_patch`) of the pod's scheduling view — the only fields we
+may touch: `spec.affinity`, `spec.topologySpreadConstraints` and `metadata.annotations` — so the
+cost does not grow with the rest of the pod spec, and nothing else can change by construction.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,25 +86,40 @@ def _add_packing(spec: dict[str, Any], group: tuple[str, str], policy: Placement
             "labelSelector": {"matchLabels": {key: value}}, "topologyKey": topology}})
 
 
-def _names(items: list[str]) -> str:
-    shown = ",".join(items[:MAX_ANNOTATION_NAMES])
+def _names(items: Sequence[object], label: Callable[[object], str]) -> str:
+    """At most MAX_ANNOTATION_NAMES labels and a count of the rest: O(1) however many items."""
+    shown = ",".join(label(item) for item in items[:MAX_ANNOTATION_NAMES])
     return shown + (f",+{len(items) - MAX_ANNOTATION_NAMES} more" if len(items) > MAX_ANNOTATION_NAMES else "")
+
+
+_VIEW = (("metadata", ("annotations",)), ("spec", ("affinity", "topologySpreadConstraints")))
+
+
+def scheduling_view(pod: dict[str, Any]) -> dict[str, Any]:
+    """The part of the pod a mutation may change, with the same paths as in the pod."""
+    view: dict[str, Any] = {}
+    for top, keys in _VIEW:
+        section = pod.get(top)
+        if isinstance(section, dict):
+            view[top] = {key: section[key] for key in keys if key in section}
+    return view
 
 
 def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds: float | None,
                policy: PlacementPolicy) -> Mutation:
-    """Add advice and workload terms to a copy of `pod` and return the patch from old to new."""
-    mutated = copy.deepcopy(pod)
+    """Add advice and workload terms to a copy of the pod's scheduling view; return the patch."""
+    original = scheduling_view(pod)
+    mutated = copy.deepcopy(original)
     spec = _child(mutated, "spec", {})
     terms: list[str] = []
     parts: list[str] = []
     if advice.preferred:
         _add_node_preferences(spec, advice)
         terms.append("node-affinity")
-        parts.append("preferred " + _names([f"{p.node}({p.weight})" for p in advice.preferred]))
+        parts.append("preferred " + _names(advice.preferred, lambda p: f"{p.node}({p.weight})"))
     if advice.avoided:
         parts.append(("required-avoid " if advice.hard else "avoided ")
-                     + _names([f"{a.node}({a.reason})" for a in advice.avoided]))
+                     + _names(advice.avoided, lambda a: f"{a.node}({a.reason})"))
     if advice.hard:
         _add_hard_avoidance(spec, advice)
         terms.append("hard-avoid")
@@ -122,5 +139,5 @@ def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds:
     parts.append(age if advice.preferred or advice.avoided else f"{age}: {advice.reason}")
     annotation = "; ".join(parts)
     _child(_child(mutated, "metadata", {}), "annotations", {})[ADVICE_ANNOTATION] = annotation
-    patch = jsonpatch.make_patch(pod, mutated).patch
+    patch = jsonpatch.make_patch(original, mutated).patch
     return Mutation(patch, annotation, tuple(terms))

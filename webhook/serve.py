@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import uvicorn
 
@@ -14,6 +15,17 @@ from webhook.metrics import create_metrics
 from webhook.tls import CertificateReloader, server_context
 
 
+def tls_server(app: Any, *, tls_cert: str, tls_key: str, host: str, port: int,
+               log_level: str = "info") -> tuple[uvicorn.Server, CertificateReloader]:
+    """uvicorn serving `app` over TLS 1.2+, with a reloader for the certificate files."""
+    config = uvicorn.Config(app, host=host, port=port, ssl_certfile=tls_cert, ssl_keyfile=tls_key,
+                            log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
+    config.load()
+    # Replace uvicorn's context with ours: TLS 1.2 at least, and one we can reload in place.
+    config.ssl = server_context(tls_cert, tls_key)
+    return uvicorn.Server(config), CertificateReloader(config.ssl, tls_cert, tls_key)
+
+
 def build_server(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: str, port: int,
                  log_level: str = "info") -> tuple[uvicorn.Server, CertificateReloader]:
     metrics = create_metrics()
@@ -21,12 +33,7 @@ def build_server(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: s
     cache = SnapshotCache(lambda: read_snapshot(query, policy), policy,
                           on_error=lambda _error: metrics.telemetry_errors.inc())
     app = create_app(policy, cache, metrics=metrics)
-    config = uvicorn.Config(app, host=host, port=port, ssl_certfile=tls_cert, ssl_keyfile=tls_key,
-                            log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
-    config.load()
-    # Replace uvicorn's context with ours: TLS 1.2 at least, and one we can reload in place.
-    config.ssl = server_context(tls_cert, tls_key)
-    return uvicorn.Server(config), CertificateReloader(config.ssl, tls_cert, tls_key)
+    return tls_server(app, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, log_level=log_level)
 
 
 def serve(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: str = "0.0.0.0", port: int = 8443) -> int:

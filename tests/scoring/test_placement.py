@@ -4,9 +4,11 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scoring.heat import Tier
-from scoring.placement import advise, headroom
+from scoring.placement import advise, base_headroom, headroom, index_fleet, rank
 from scoring.policy import PlacementPolicy
 from tests.webhook.helpers import NOW, fleet, node
 from webhook.ledger import SteeringLedger
@@ -14,8 +16,12 @@ from webhook.ledger import SteeringLedger
 POLICY = PlacementPolicy()
 
 
+def indexed(*nodes, stale=False):
+    return index_fleet(fleet(*nodes, stale=stale))
+
+
 def test_cool_nodes_with_headroom_are_preferred_and_hot_ones_avoided():
-    advice = advise(fleet(node("busy", tier=Tier.HOT, util=95), node("idle", util=5), node("half", util=40),
+    advice = advise(indexed(node("busy", tier=Tier.HOT, util=95), node("idle", util=5), node("half", util=40),
                           node("sick", tier=Tier.UNHEALTHY, util=0)), gpus_requested=1, pending_gpus={}, policy=POLICY)
     assert [p.node for p in advice.preferred] == ["idle", "half"]
     assert advice.preferred[0].weight == 100 and 1 <= advice.preferred[1].weight < 100
@@ -24,41 +30,41 @@ def test_cool_nodes_with_headroom_are_preferred_and_hot_ones_avoided():
 
 
 def test_warm_nodes_rank_below_cool_ones():
-    advice = advise(fleet(node("warm", tier=Tier.WARM, util=55), node("cool", util=45)),
+    advice = advise(indexed(node("warm", tier=Tier.WARM, util=55), node("cool", util=45)),
                     gpus_requested=1, pending_gpus={}, policy=POLICY)
     assert [p.node for p in advice.preferred] == ["cool", "warm"]
 
 
 def test_nodes_without_enough_free_gpus_are_not_preferred():
-    advice = advise(fleet(node("small", allocated=6), node("big", allocated=0)), gpus_requested=4,
+    advice = advise(indexed(node("small", allocated=6), node("big", allocated=0)), gpus_requested=4,
                     pending_gpus={}, policy=POLICY)
     assert [p.node for p in advice.preferred] == ["big"]
 
 
 def test_advice_is_bounded_whatever_the_fleet_size():
     many = fleet(*(node(f"n{i:04d}", util=i % 50) for i in range(5000)))
-    advice = advise(many, gpus_requested=1, pending_gpus={}, policy=PlacementPolicy(max_preferred_nodes=3))
+    advice = advise(index_fleet(many), gpus_requested=1, pending_gpus={}, policy=PlacementPolicy(max_preferred_nodes=3))
     assert len(advice.preferred) == 3
     assert all(1 <= p.weight <= 100 for p in advice.preferred)
 
 
 def test_stale_telemetry_gives_no_advice():
-    advice = advise(fleet(node("idle"), stale=True), gpus_requested=1, pending_gpus={}, policy=POLICY)
+    advice = advise(indexed(node("idle"), stale=True), gpus_requested=1, pending_gpus={}, policy=POLICY)
     assert advice.preferred == () and advice.avoided == ()
 
 
 @pytest.mark.parametrize(("spare_needed", "max_avoided", "hard"), [(8, 32, True), (100, 32, False), (8, 0, False)])
 def test_hard_avoidance_needs_spare_cool_capacity_and_a_bounded_list(spare_needed, max_avoided, hard):
     policy = PlacementPolicy(hard_avoid_hot=True, hard_avoid_min_spare_gpus=spare_needed, max_avoided_nodes=max_avoided)
-    advice = advise(fleet(node("hot", tier=Tier.HOT), node("a"), node("b")), gpus_requested=1, pending_gpus={},
+    advice = advise(indexed(node("hot", tier=Tier.HOT), node("a"), node("b")), gpus_requested=1, pending_gpus={},
                     policy=policy)
     assert advice.hard is hard
 
 
 def test_pending_load_lowers_a_nodes_headroom_in_proportion_to_its_free_gpus():
-    roomy = node("roomy")
-    assert headroom(roomy, 4) == pytest.approx(headroom(roomy, 0) / 2)
-    assert headroom(roomy, 8) == 0
+    base = base_headroom(node("roomy"))
+    assert headroom(base, 8, 4) == pytest.approx(headroom(base, 8, 0) / 2)
+    assert headroom(base, 8, 8) == 0
 
 
 def test_a_burst_within_one_interval_spreads_top_preferences_in_proportion_to_free_gpus():
@@ -68,7 +74,7 @@ def test_a_burst_within_one_interval_spreads_top_preferences_in_proportion_to_fr
     ledger = SteeringLedger(settle_seconds=60)
     tops = Counter()
     for _ in range(200):
-        advice = advise(cool, gpus_requested=1, pending_gpus=ledger.pending(NOW), policy=POLICY)
+        advice = advise(index_fleet(cool), gpus_requested=1, pending_gpus=ledger.pending(NOW), policy=POLICY)
         tops[advice.preferred[0].node] += 1
         ledger.record(advice.preferred[0].node, 1, NOW)
     for name, gpus_free in free.items():
@@ -82,3 +88,43 @@ def test_the_ledger_forgets_promises_once_telemetry_can_show_them():
     ledger.record("a", 2, NOW)
     assert ledger.pending(NOW + timedelta(seconds=29)) == {"a": 2}
     assert ledger.pending(NOW + timedelta(seconds=30)) == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(list(Tier)), st.integers(0, 8), st.floats(0, 100), st.integers(0, 10)),
+                min_size=1, max_size=40),
+       st.integers(0, 4), st.integers(1, 6))
+def test_the_ranked_index_finds_the_same_top_nodes_as_scoring_every_node(nodes, need, k):
+    fleet_heat = fleet(*(node(f"n{i}", tier=tier, allocated=alloc, util=util) for i, (tier, alloc, util, _) in
+                         enumerate(nodes)))
+    pending = {f"n{i}": p for i, (*_, p) in enumerate(nodes) if p}
+    policy = PlacementPolicy(max_preferred_nodes=k)
+    def adjusted(n):
+        pend = pending.get(n.name, 0)
+        return headroom(base_headroom(n), n.gpus_free, pend), n.gpus_free - pend
+
+    eligible = [n for n in fleet_heat.nodes if base_headroom(n) > 0 and adjusted(n)[1] >= max(1, need)]
+    # Best first; ties go to the higher base headroom, then more free GPUs, then the name.
+    eligible.sort(key=lambda n: (-adjusted(n)[0], -adjusted(n)[1], -base_headroom(n), -n.gpus_free, n.name))
+    brute = [(None, None, n.name) for n in eligible[:k]]
+    advice = advise(index_fleet(fleet_heat), gpus_requested=need, pending_gpus=pending, policy=policy)
+    assert [p.node for p in advice.preferred] == [name for *_, name in brute]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 8), st.floats(0, 100)), min_size=1, max_size=30),
+       st.lists(st.tuples(st.integers(0, 29), st.integers(1, 3), st.booleans()), max_size=60),
+       st.integers(1, 4), st.integers(1, 5))
+def test_the_ledgers_incremental_ranking_equals_a_fresh_ranking(nodes, steps, need, k):
+    fleet_heat = fleet(*(node(f"n{i}", allocated=alloc, util=util) for i, (alloc, util) in enumerate(nodes)))
+    index = index_fleet(fleet_heat)
+    ledger = SteeringLedger(settle_seconds=10)
+    clock = NOW
+    for target, gpus, advance in steps:
+        if advance:
+            clock += timedelta(seconds=4)  # older promises expire as telemetry moves on
+        ledger.record(f"n{target % len(nodes)}", gpus, clock)
+        incremental, promised = ledger.top(index, clock, need=need, k=k)
+        pending = ledger.pending(clock)
+        assert incremental == rank(index, need=need, pending_gpus=pending, k=k)
+        assert promised == sum(pending.values())

@@ -5,6 +5,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scoring.placement import index_fleet
 from scoring.policy import PlacementPolicy
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger
@@ -40,7 +41,7 @@ def pods(draw):
 @given(pods())
 def test_any_pod_is_allowed_and_its_patch_applies(pod):
     request = decode_review(json.dumps(review(pod)).encode())
-    decision = decide(request, fleet=fleet(node("a"), node("b", util=60)), telemetry_time=NOW, snapshot_age_seconds=1,
+    decision = decide(request, index=index_fleet(fleet(node("a"), node("b", util=60))), telemetry_time=NOW, snapshot_age_seconds=1,
                       ledger=SteeringLedger(60), policy=PlacementPolicy(hard_avoid_hot=True), now=NOW)
     assert decision.review["response"]["allowed"] is True
     assert decision.review["response"]["uid"] == request.uid
@@ -73,7 +74,7 @@ def test_broken_requests_are_review_errors_or_answered(request_fields):
         request = decode_review(body.encode())
     except ReviewError:
         return
-    decision = decide(request, fleet=None, telemetry_time=None, snapshot_age_seconds=None, ledger=SteeringLedger(1),
+    decision = decide(request, index=None, telemetry_time=None, snapshot_age_seconds=None, ledger=SteeringLedger(1),
                       policy=PlacementPolicy(), now=NOW)
     assert decision.review["response"]["allowed"] is True
 

@@ -6,7 +6,7 @@ import kubernetes_validate
 import pytest
 
 from scoring.heat import Tier
-from scoring.placement import NO_ADVICE, advise
+from scoring.placement import NO_ADVICE, advise, index_fleet
 from scoring.policy import PlacementPolicy
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger
@@ -21,7 +21,7 @@ FLEET = fleet(node("hot-1", tier=Tier.HOT, util=95), node("cool-1", util=5), nod
 
 def admit(pod, *, fleet_heat=FLEET, policy=POLICY, namespace="ml", ledger=None, **review_args):
     request = decode_review(json.dumps(review(pod, namespace=namespace, **review_args)).encode())
-    decision = decide(request, fleet=fleet_heat, telemetry_time=NOW, snapshot_age_seconds=3.0,
+    decision = decide(request, index=None if fleet_heat is None else index_fleet(fleet_heat), telemetry_time=NOW, snapshot_age_seconds=3.0,
                       ledger=ledger or SteeringLedger(60), policy=policy, now=NOW)
     return decision, apply_response(pod, decision.review)
 
@@ -134,7 +134,7 @@ def test_dry_run_admissions_do_not_promise_load():
     ledger = SteeringLedger(60)
     request = review(gpu_pod())
     request["request"]["dryRun"] = True
-    decide(decode_review(json.dumps(request).encode()), fleet=FLEET, telemetry_time=NOW, snapshot_age_seconds=1,
+    decide(decode_review(json.dumps(request).encode()), index=index_fleet(FLEET), telemetry_time=NOW, snapshot_age_seconds=1,
            ledger=ledger, policy=POLICY, now=NOW)
     assert ledger.pending(NOW) == {}
     admit(gpu_pod(), ledger=ledger)
@@ -143,4 +143,4 @@ def test_dry_run_admissions_do_not_promise_load():
 
 def test_no_advice_object_is_empty():
     assert NO_ADVICE.preferred == () and not NO_ADVICE.hard
-    assert advise(FLEET, gpus_requested=100, pending_gpus={}, policy=POLICY).preferred == ()
+    assert advise(index_fleet(FLEET), gpus_requested=100, pending_gpus={}, policy=POLICY).preferred == ()

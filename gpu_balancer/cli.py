@@ -6,6 +6,7 @@ import argparse
 import os
 import ssl
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -109,6 +110,33 @@ def cmd_certs_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_nvml_exporter(args: argparse.Namespace) -> int:
+    import logging
+    import socket
+
+    from nvml_exporter.reader import NvmlUnavailable
+    from nvml_exporter.serve import run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.interval <= 0:
+        raise UsageError("--interval must be positive")
+    try:
+        with warnings.catch_warnings():  # the pynvml shim warns that it wraps nvidia-ml-py: that is fine
+            warnings.simplefilter("ignore", FutureWarning)
+            import pynvml
+    except ImportError as error:
+        raise UsageError(f"pynvml is not installed: {error}") from None
+    node = os.environ.get("NODE_NAME") or socket.gethostname()
+    try:
+        run(pynvml, node=node, port=args.port, interval=args.interval, host=args.host)
+    except NvmlUnavailable as error:
+        print(f"gpu-balancer nvml-exporter: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from gpu_balancer.demo import run_demo
 
@@ -154,6 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--out-dir", required=True)
     generate.add_argument("--extra-dns", action="append", default=[], help="another DNS SAN (repeatable)")
     generate.set_defaults(handler=cmd_certs_generate)
+
+    nvml = commands.add_parser("nvml-exporter", help="serve this node's GPUs, read through NVML, as dcgm-exporter metrics")
+    nvml.add_argument("--port", type=int, default=9400)
+    nvml.add_argument("--host", default="0.0.0.0")
+    nvml.add_argument("--interval", type=float, default=5.0, help="seconds between GPU reads")
+    nvml.set_defaults(handler=cmd_nvml_exporter)
 
     demo = commands.add_parser("demo", help="fake-dcgm + a local Prometheus + the live heat table")
     demo.add_argument("--nodes", type=int, default=12)

@@ -25,6 +25,7 @@ class GpuSample:
     """The exporter's `gpu` index label, kept as text ("0", "1", ...)."""
     uuid: str = ""
     model: str = ""
+    pci_bus_id: str = ""
     util_percent: float | None = None
     """Busy share 0–100: GR_ENGINE_ACTIVE × 100 when profiling metrics exist, else GPU_UTIL."""
     fb_used_mib: float | None = None

@@ -71,6 +71,7 @@ def generate_fleet(spec: FleetSpec) -> list[GpuSample]:
                 gpu=str(g),
                 uuid=f"GPU-{spec.seed:08x}-{n:04x}-{g:04x}-0000-{n * spec.gpus_per_node + g:012x}",
                 model=spec.model,
+                pci_bus_id=f"00000000:{0x18 + g * 0x10:02X}:00.0",
                 util_percent=round(util, 1),
                 fb_used_mib=round(used),
                 fb_free_mib=round(H100_MEMORY_MIB - round(used)),

@@ -1,0 +1,34 @@
+"""A prometheus-client Collector that serves the latest GPU reading with dcgm-exporter's names. Pure.
+
+Readings are taken on a timer elsewhere; a scrape only formats what is stored, so it costs
+microseconds and never touches the GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from scoring import dcgm
+from scoring.telemetry import GpuSample
+
+
+class DcgmCompatibleCollector(Collector):
+    def __init__(self, *, hostname_label: str = "Hostname") -> None:
+        self.hostname_label = hostname_label
+        self.samples: tuple[GpuSample, ...] = ()
+        """Replaced whole by the reader thread; a scrape reads one reference."""
+
+    def collect(self) -> Iterator[Metric]:
+        samples = self.samples
+        rows = [(dict(dcgm.exporter_labels(s, self.hostname_label)), dcgm.exporter_values(s, profiling=False))
+                for s in samples]
+        for metric in rows[0][1] if rows else ():
+            family = Metric(metric, dcgm.HELP[metric][1], "gauge")
+            for labels, values in rows:
+                # Label sets may differ between GPUs (MIG, pods): samples carry their own.
+                if values[metric] is not None:
+                    family.add_sample(metric, labels, float(values[metric]))
+            yield family

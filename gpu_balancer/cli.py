@@ -137,6 +137,41 @@ def cmd_nvml_exporter(args: argparse.Namespace) -> int:
     return 0
 
 
+def kubernetes_api(kubeconfig: str | None):
+    """An ApiClient from --kubeconfig, else the in-cluster service account, else ~/.kube/config."""
+    from kubernetes import client, config
+
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig)
+        else:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+    except (config.ConfigException, OSError) as error:
+        raise UsageError(f"no Kubernetes configuration: {error}") from None
+    return client.ApiClient()
+
+
+def cmd_certs_ensure(args: argparse.Namespace) -> int:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from certs.ensure import ensure
+
+    api = kubernetes_api(args.kubeconfig)
+    try:
+        done = ensure(client.CoreV1Api(api), client.AdmissionregistrationV1Api(api), namespace=args.namespace,
+                      service=args.service, secret=args.secret, webhook_config=args.webhook_config,
+                      now=datetime.now(timezone.utc))
+    except ApiException as error:
+        print(f"gpu-balancer certs ensure: Kubernetes API said {error.status} {error.reason}", file=sys.stderr)
+        return 1
+    print("; ".join(done) if done else "certificates are current; nothing to do")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from gpu_balancer.demo import run_demo
 
@@ -188,6 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
     nvml.add_argument("--host", default="0.0.0.0")
     nvml.add_argument("--interval", type=float, default=5.0, help="seconds between GPU reads")
     nvml.set_defaults(handler=cmd_nvml_exporter)
+
+    ensure_cmd = certs_commands.add_parser("ensure", help="create or renew the TLS Secret and the caBundle, in cluster")
+    ensure_cmd.add_argument("--namespace", required=True)
+    ensure_cmd.add_argument("--service", required=True)
+    ensure_cmd.add_argument("--secret", required=True)
+    ensure_cmd.add_argument("--webhook-config", required=True)
+    ensure_cmd.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    ensure_cmd.set_defaults(handler=cmd_certs_ensure)
 
     demo = commands.add_parser("demo", help="fake-dcgm + a local Prometheus + the live heat table")
     demo.add_argument("--nodes", type=int, default=12)

@@ -57,3 +57,37 @@ def prometheus() -> Iterator[Callable[..., LocalPrometheus]]:
     yield start
     for instance in started:
         instance.stop()
+
+
+@pytest.fixture
+def kube():
+    """A stateful Kubernetes API stand-in (kmock's emulator) on loopback, and a real `kubernetes`
+    ApiClient pointed at it: yields (api_client, emulator)."""
+    import asyncio
+    import threading
+
+    import kmock
+    from kubernetes import client
+
+    box: dict = {}
+    ready = threading.Event()
+
+    def serve() -> None:
+        async def main() -> None:
+            async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
+                box.update(emulator=emulator, url=str(server.url), loop=asyncio.get_running_loop())
+                ready.set()
+                while not box.get("stop"):
+                    await asyncio.sleep(0.02)
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(10), "kmock did not start"
+    configuration = client.Configuration()
+    configuration.host = box["url"]
+    api = client.ApiClient(configuration)
+    yield api, box["emulator"]
+    api.close()
+    box["stop"] = True
+    thread.join(timeout=5)

@@ -1,0 +1,25 @@
+# gpu-balancer image: webhook, descheduler, certs and the NVML exporter in one.
+# Build: docker build -t ghcr.io/gpu-balancer/gpu-balancer:0.1.0 .
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY gpu_balancer gpu_balancer
+COPY scoring scoring
+COPY webhook webhook
+COPY descheduler descheduler
+COPY certs certs
+COPY sim sim
+COPY nvml_exporter nvml_exporter
+RUN python -m venv /opt/gpu-balancer \
+ && /opt/gpu-balancer/bin/pip install --no-cache-dir --upgrade pip \
+ && /opt/gpu-balancer/bin/pip install --no-cache-dir .
+
+FROM python:3.11-slim
+# No compilers or build tools here: only the virtual environment built above.
+COPY --from=build /opt/gpu-balancer /opt/gpu-balancer
+ENV PATH=/opt/gpu-balancer/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+USER 65532:65532
+ENTRYPOINT ["gpu-balancer"]
+CMD ["--help"]

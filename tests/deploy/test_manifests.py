@@ -1,0 +1,185 @@
+"""deploy/ rendered with the real `kubectl kustomize`, validated with kubernetes-validate, and
+checked against the safety rules a platform team relies on."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+COMPONENTS = ["cert-manager", "servicemonitor", "nvml-exporter"]
+CRD_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}
+VERSIONS = ["1.30.0", "1.31.0", kubernetes_validate.latest_version()]
+
+
+def kustomize(path: Path) -> list[dict]:
+    if shutil.which("kubectl") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("kubectl is needed to render deploy/ (kubectl kustomize)")
+        pytest.skip("kubectl is not installed")
+    rendered = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True, check=True).stdout
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+@pytest.fixture(scope="module")
+def base() -> list[dict]:
+    return kustomize(DEPLOY)
+
+
+@pytest.fixture(scope="module")
+def everything(tmp_path_factory) -> list[dict]:
+    overlay = tmp_path_factory.mktemp("overlay", numbered=True)
+    relative = os.path.relpath(DEPLOY, overlay)
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [relative],
+        "components": [f"{relative}/components/{name}" for name in COMPONENTS]}))
+    return kustomize(overlay)
+
+
+def find(objects, kind, name=None):
+    return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def pod_templates(objects):
+    for obj in objects:
+        if obj["kind"] in ("Deployment", "DaemonSet", "Job"):
+            yield obj["metadata"]["name"], obj["spec"]["template"]["spec"]
+        elif obj["kind"] == "CronJob":
+            yield obj["metadata"]["name"], obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_object_is_schema_valid(base, everything, version):
+    for obj in base + everything:
+        if obj["kind"] in CRD_KINDS:
+            continue
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_everything_lands_in_the_gpu_balancer_namespace(base):
+    namespaced = [o for o in base if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding",
+                                                         "MutatingWebhookConfiguration")]
+    assert namespaced and all(o["metadata"]["namespace"] == "gpu-balancer" for o in namespaced)
+    assert find(base, "Namespace", "gpu-balancer")[0]["metadata"]["labels"][
+        "pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_the_webhook_configuration_can_never_block_or_reach_system_pods(base):
+    (config,) = find(base, "MutatingWebhookConfiguration")
+    (hook,) = config["webhooks"]
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["timeoutSeconds"] <= 3
+    assert hook["sideEffects"] == "None"
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["reinvocationPolicy"] == "IfNeeded"
+    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                              "resources": ["pods"], "scope": "Namespaced"}]
+    selector = hook["namespaceSelector"]
+    assert selector["matchLabels"] == {"gpu-balancer.io/enabled": "true"}
+    (exclusion,) = selector["matchExpressions"]
+    assert exclusion["key"] == "kubernetes.io/metadata.name" and exclusion["operator"] == "NotIn"
+    assert {"kube-system", "gpu-balancer"} <= set(exclusion["values"])
+    expression = hook["matchConditions"][0]["expression"]
+    for needle in ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-", "initContainers", "requests", "limits"):
+        assert needle in expression
+    service = hook["clientConfig"]["service"]
+    assert (service["name"], service["namespace"], service["path"]) == ("gpu-balancer-webhook", "gpu-balancer",
+                                                                       "/mutate")
+    assert find(base, "Service", service["name"])
+
+
+def test_rbac_is_least_privilege(base):
+    for role in find(base, "Role") + find(base, "ClusterRole"):
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], (role["metadata"]["name"], rule)
+            if "secrets" in rule["resources"]:
+                assert role["kind"] == "Role", "Secrets only through a namespaced Role"
+                assert "create" in rule["verbs"] or rule.get("resourceNames")
+            if "mutatingwebhookconfigurations" in rule["resources"]:
+                assert rule.get("resourceNames") == ["gpu-balancer"]
+    (descheduler,) = find(base, "ClusterRole", "gpu-balancer-descheduler")
+    grants = {(r, v) for rule in descheduler["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert {("pods/eviction", "create"), ("pods", "list"), ("nodes", "list"), ("events", "create")} <= grants
+    assert not any(v in ("delete", "update", "patch") for r, v in grants if r == "pods")
+
+
+def test_the_webhook_is_highly_available(base):
+    (deployment,) = find(base, "Deployment", "gpu-balancer-webhook")
+    spec = deployment["spec"]
+    assert spec["replicas"] >= 2
+    spread = spec["template"]["spec"]["topologySpreadConstraints"][0]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    (pdb,) = find(base, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    container = spec["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_every_pod_is_restricted_read_only_and_sized(everything):
+    templates = dict(pod_templates(everything))
+    assert {"gpu-balancer-webhook", "gpu-balancer-descheduler", "gpu-balancer-nvml-exporter"} <= set(templates)
+    for name, pod in templates.items():
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", name
+        for container in pod["containers"]:
+            security = container["securityContext"]
+            assert security["allowPrivilegeEscalation"] is False, name
+            assert security["capabilities"]["drop"] == ["ALL"], name
+            assert security["readOnlyRootFilesystem"] is True, name
+            assert {"cpu", "memory"} <= set(container["resources"]["requests"]), name
+            assert container["image"].startswith("ghcr.io/gpu-balancer/gpu-balancer:"), name
+
+
+def test_the_built_in_certificate_jobs_run_certs_ensure(base):
+    (job,) = find(base, "Job", "gpu-balancer-certs-init")
+    (cron,) = find(base, "CronJob", "gpu-balancer-certs")
+    for spec in (job["spec"]["template"]["spec"], cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]):
+        args = spec["containers"][0]["args"]
+        assert args[:2] == ["certs", "ensure"] and "--webhook-config" in args
+
+
+def test_the_descheduler_runs_every_five_minutes_one_at_a_time(base):
+    (cron,) = find(base, "CronJob", "gpu-balancer-descheduler")
+    assert cron["spec"]["schedule"] == "*/5 * * * *"
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+
+
+def test_cert_manager_replaces_the_built_in_certificates(everything):
+    (config,) = find(everything, "MutatingWebhookConfiguration")
+    assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "gpu-balancer/gpu-balancer-webhook"
+    assert not find(everything, "Job", "gpu-balancer-certs-init") and not find(everything, "CronJob", "gpu-balancer-certs")
+    (certificate,) = find(everything, "Certificate")
+    assert "gpu-balancer-webhook.gpu-balancer.svc" in certificate["spec"]["dnsNames"]
+
+
+def test_the_policy_configmap_is_a_valid_balancer_policy(base):
+    from scoring.policy import parse_policy
+
+    (configmap,) = [o for o in find(base, "ConfigMap") if o["metadata"]["name"].startswith("gpu-balancer-policy")]
+    policy = parse_policy(configmap["data"]["policy.yaml"])
+    assert policy.placement.own_namespace == "gpu-balancer"
+
+
+def test_the_alert_rules_load_in_promtool():
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool comes with Debian's prometheus package")
+    result = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "monitoring" / "alerts.rules.yaml")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_dashboard_is_grafana_json_covering_the_essentials():
+    dashboard = json.loads((DEPLOY / "monitoring" / "grafana-dashboard.json").read_text())
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    for needle in ("DCGM_FI_DEV_GPU_UTIL", "gpu_balancer_admissions_total", "gpu_balancer_admission_duration_seconds",
+                   "gpu_balancer_snapshot_age_seconds", "gpu-balancer-descheduler"):
+        assert needle in exprs

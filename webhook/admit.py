@@ -13,7 +13,8 @@ from scoring.placement import NO_ADVICE, PlacementIndex, advise
 from scoring.policy import PlacementPolicy
 from webhook.ledger import SteeringLedger
 from webhook.mutate import mutate_pod
-from webhook.pods import BadQuantity, exemption, gpu_request
+from scoring.workloads import BadQuantity, gpu_request
+from webhook.pods import exemption
 from webhook.review import AdmissionRequest, AdmissionReviewOut, build_response
 
 

@@ -17,7 +17,8 @@ import jsonpatch
 
 from scoring.placement import NodeAdvice
 from scoring.policy import PlacementPolicy
-from webhook.pods import ADVICE_ANNOTATION, replica_selector, training_group
+from scoring.workloads import training_group
+from webhook.pods import ADVICE_ANNOTATION, replica_selector
 
 HOSTNAME_KEY = "kubernetes.io/hostname"
 ZONE_KEY = "topology.kubernetes.io/zone"

@@ -3,7 +3,8 @@
 import pytest
 
 from scoring.policy import PlacementPolicy
-from webhook.pods import BadQuantity, exemption, gpu_request, parse_quantity, replica_selector, training_group
+from scoring.workloads import BadQuantity, gpu_request, parse_quantity, training_group
+from webhook.pods import exemption, replica_selector
 from tests.webhook.helpers import gpu_pod
 
 POLICY = PlacementPolicy()

@@ -1,0 +1,123 @@
+"""Reading what a pod asks for and belongs to: GPU requests, owners, training groups. Pure, no I/O.
+
+Shared by the webhook (advice) and the descheduler (eviction planning). Pod objects arrive as
+untrusted JSON: every accessor tolerates missing or mistyped fields.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from scoring.policy import PlacementPolicy
+
+MAX_GPUS = 1024
+"""No node has more; a larger request is garbage and earns no steering."""
+
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+_SUFFIX = {None: 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+           "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+class BadQuantity(ValueError):
+    pass
+
+
+def parse_quantity(value: object) -> Decimal:
+    """A Kubernetes resource quantity (string or number) as a Decimal."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise BadQuantity(f"quantity {value!r} is neither a number nor a string")
+    match = _QUANTITY.match(str(value).strip()) if len(str(value)) <= 64 else None
+    if match is None:
+        raise BadQuantity(f"quantity {str(value)[:40]!r} is not a Kubernetes quantity")
+    try:
+        number = Decimal(match.group(1)) * _SUFFIX[match.group(2)]
+    except ArithmeticError:  # decimal.Overflow, InvalidOperation
+        raise BadQuantity(f"quantity {str(value)[:40]!r} is out of range") from None
+    if not number.is_finite():
+        raise BadQuantity(f"quantity {str(value)[:40]!r} is not finite")
+    return number
+
+
+def as_dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _matches(resource: str, patterns: tuple[str, ...]) -> bool:
+    return any(resource.startswith(p[:-1]) if p.endswith("*") else resource == p for p in patterns)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    resources: tuple[str, ...]
+    """GPU resource names the pod asks for."""
+    whole_gpus: int
+    """Whole `nvidia.com/gpu`-style GPUs needed on one node: the largest of the init containers'
+    and the sum of the app containers', as the scheduler counts it. 0 for shared/MIG only."""
+
+
+def _containers(spec: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
+    for container in as_list(spec.get(key)):
+        if isinstance(container, dict):
+            yield container
+
+
+def gpu_request(pod: dict[str, Any], policy: PlacementPolicy) -> GpuRequest | None:
+    """The pod's GPU needs, or None when it asks for no GPU resource. Raises `BadQuantity`."""
+    spec = as_dict(pod.get("spec"))
+    found: set[str] = set()
+    totals = {"containers": Decimal(0), "initContainers": Decimal(0)}
+    for key in totals:
+        for container in _containers(spec, key):
+            resources = as_dict(container.get("resources"))
+            per_container = Decimal(0)
+            for section in ("requests", "limits"):
+                for name, quantity in as_dict(resources.get(section)).items():
+                    if isinstance(name, str) and _matches(name, policy.gpu_resources):
+                        found.add(name)
+                        amount = parse_quantity(quantity)
+                        if amount < 0 or amount > MAX_GPUS:
+                            raise BadQuantity(f"{name} quantity {quantity!r} is not a sane GPU count")
+                        if "mig-" not in name and not name.endswith(".shared"):
+                            per_container = max(per_container, amount)
+            totals[key] = (totals[key] + per_container if key == "containers"
+                           else max(totals[key], per_container))
+    if not found:
+        return None
+    whole = max(totals["containers"], totals["initContainers"])
+    if whole > MAX_GPUS:
+        raise BadQuantity(f"pod asks for {whole} GPUs")
+    return GpuRequest(tuple(sorted(found)), math.ceil(whole))
+
+
+def labels_of(pod: dict[str, Any]) -> dict[str, str]:
+    labels = as_dict(as_dict(pod.get("metadata")).get("labels"))
+    return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def owner_kind(pod: dict[str, Any]) -> str:
+    for ref in as_list(as_dict(pod.get("metadata")).get("ownerReferences")):
+        if isinstance(ref, dict) and ref.get("controller") is True and isinstance(ref.get("kind"), str):
+            return ref["kind"]
+    return ""
+
+
+def training_group(pod: dict[str, Any], policy: PlacementPolicy) -> tuple[str, str] | None:
+    """(label key, value) naming the distributed job this pod belongs to, if any."""
+    labels = labels_of(pod)
+    for key in policy.training_label_keys:
+        if labels.get(key):
+            if key == "batch.kubernetes.io/job-name" and "batch.kubernetes.io/job-completion-index" not in labels \
+                    and "batch.kubernetes.io/job-completion-index" not in as_dict(
+                        as_dict(pod.get("metadata")).get("annotations")):
+                continue  # a plain Job's pods are independent; only Indexed Jobs are groups
+            return key, labels[key]
+    return None

@@ -172,6 +172,41 @@ def cmd_certs_ensure(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_deschedule(args: argparse.Namespace) -> int:
+    import json as json_module
+    import logging
+
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from descheduler.cluster import cluster_from_list
+    from descheduler.run import live_cluster, report_as_json, report_as_table, run_once
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    policy = load_policy(args.config, args.prometheus_url)
+    core = events = None
+    if args.cluster_file:
+        try:
+            cluster = cluster_from_list(json_module.loads(Path(args.cluster_file).read_text()), policy.placement)
+        except OSError as error:
+            raise UsageError(f"cannot read {args.cluster_file}: {error.strerror}") from None
+        except ValueError as error:
+            raise UsageError(f"{args.cluster_file}: {error}") from None
+    else:
+        api = kubernetes_api(args.kubeconfig)
+        core, events = client.CoreV1Api(api), client.EventsV1Api(api)
+        try:
+            cluster = live_cluster(core, policy)
+        except ApiException as error:
+            print(f"gpu-balancer deschedule: cannot list nodes and pods: {error.status} {error.reason}", file=sys.stderr)
+            return 1
+    report = run_once(policy, query=connect(policy.prometheus), cluster=cluster, core=core, events=events,
+                      dry_run=args.dry_run or core is None, now=lambda: datetime.now(timezone.utc))
+    print(report_as_json(report) if args.output == "json" else report_as_table(report))
+    return 1 if report.errors else 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from gpu_balancer.demo import run_demo
 
@@ -231,6 +266,15 @@ def build_parser() -> argparse.ArgumentParser:
     ensure_cmd.add_argument("--webhook-config", required=True)
     ensure_cmd.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     ensure_cmd.set_defaults(handler=cmd_certs_ensure)
+
+    desched = commands.add_parser("deschedule", help="evict a few pods from GPU nodes that stay hot")
+    desched.add_argument("--dry-run", action="store_true", help="plan and report; make no write call")
+    desched.add_argument("--prometheus-url", help="Prometheus base URL (overrides the policy's)")
+    desched.add_argument("--config", help="BalancerPolicy YAML file")
+    desched.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    desched.add_argument("--cluster-file", help="output of `kubectl get nodes,pods -A -o json` (planning only)")
+    desched.add_argument("--output", choices=("table", "json"), default="table")
+    desched.set_defaults(handler=cmd_deschedule)
 
     demo = commands.add_parser("demo", help="fake-dcgm + a local Prometheus + the live heat table")
     demo.add_argument("--nodes", type=int, default=12)

@@ -129,11 +129,45 @@ class PlacementPolicy:
 
 
 @dataclass(frozen=True)
+class DeschedulerPolicy:
+    window_seconds: float = 600.0
+    """Heat must have lasted this long (10 min): long enough that a burst or a rollout settling
+    never triggers an eviction, short enough to act within a couple of CronJob runs."""
+    step_seconds: float = 30.0
+    """Resolution of the windowed queries; twice the usual 15 s scrape interval."""
+    sustained_util_percent: float = 80.0
+    """Mean node GPU utilisation over the window at or above which a node is a source."""
+    low_quantile: float = 0.1
+    """The quantile of the window that must also be high, so that a few very hot minutes inside
+    an otherwise cool window do not count."""
+    low_quantile_util_percent: float = 70.0
+    """What that low quantile must reach (hysteresis below `sustainedUtilPercent`)."""
+    min_window_coverage: float = 0.8
+    """Share of the window's steps that must have samples; gaps mean we do not know."""
+    target_util_percent: float = 50.0
+    """Nodes below this mean utilisation, with free GPUs of the right kind, can take evicted pods."""
+    max_evictions_per_run: int = 4
+    """Evictions are disruptive: a few per 5-minute run lets the fleet settle between runs."""
+    max_evictions_per_node: int = 2
+    max_evictions_per_namespace: int = 3
+    cooldown_seconds: float = 1800.0
+    """A workload evicted once is left alone for 30 minutes."""
+    backoff_factor: float = 2.0
+    """Each further eviction of the same workload within `backoffWindowSeconds` multiplies its cooldown."""
+    backoff_window_seconds: float = 21600.0
+    evict_pods_with_local_storage: bool = False
+    """emptyDir/hostPath data is lost on eviction; off unless you know the pods tolerate it."""
+    ledger_namespace: str = "gpu-balancer"
+    ledger_name: str = "gpu-balancer-eviction-ledger"
+
+
+@dataclass(frozen=True)
 class BalancerPolicy:
     prometheus: PrometheusConnection = field(default_factory=PrometheusConnection)
     telemetry: TelemetryPolicy = field(default_factory=TelemetryPolicy)
     heat: HeatPolicy = field(default_factory=HeatPolicy)
     placement: PlacementPolicy = field(default_factory=PlacementPolicy)
+    descheduler: DeschedulerPolicy = field(default_factory=DeschedulerPolicy)
 
 
 def default_policy() -> BalancerPolicy:
@@ -190,6 +224,19 @@ def validate_policy(policy: BalancerPolicy) -> None:
     _require(placement.settle_seconds >= 0, "placement.settleSeconds", "must not be negative")
     _require(bool(placement.gpu_resources) and all(placement.gpu_resources), "placement.gpuResources",
              "needs at least one resource name")
+    d = policy.descheduler
+    _require(d.step_seconds > 0 and d.window_seconds >= 4 * d.step_seconds, "descheduler.windowSeconds",
+             "must cover at least four stepSeconds")
+    _require(0 < d.low_quantile < 1, "descheduler.lowQuantile", "must be between 0 and 1")
+    _require(0 < d.low_quantile_util_percent <= d.sustained_util_percent <= 100, "descheduler.lowQuantileUtilPercent",
+             "must satisfy 0 < lowQuantileUtilPercent <= sustainedUtilPercent <= 100")
+    _require(0 < d.target_util_percent < d.sustained_util_percent, "descheduler.targetUtilPercent",
+             "must be positive and below sustainedUtilPercent")
+    _require(0 < d.min_window_coverage <= 1, "descheduler.minWindowCoverage", "must be in (0, 1]")
+    _require(min(d.max_evictions_per_run, d.max_evictions_per_node, d.max_evictions_per_namespace) >= 0,
+             "descheduler.maxEvictionsPerRun", "limits must not be negative")
+    _require(d.cooldown_seconds >= 0 and d.backoff_factor >= 1, "descheduler.backoffFactor",
+             "cooldown must not be negative and backoffFactor at least 1")
     _require(bool(prom.basic_auth.username) == bool(prom.basic_auth.password_file),
              "prometheus.basicAuth", "needs both username and passwordFile")
 

@@ -9,6 +9,7 @@ Errors, all `TelemetryError`:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,7 +20,7 @@ from urllib3.util.retry import Retry
 
 from scoring import dcgm
 from scoring.policy import BalancerPolicy, PrometheusConnection
-from scoring.series import SUMMED, Series, build_snapshot
+from scoring.series import SUMMED, Series, build_snapshot, detect_node_label
 from scoring.telemetry import ClusterSnapshot
 
 
@@ -152,3 +153,45 @@ def read_snapshot(query: QueryFn, policy: BalancerPolicy, *,
         allocated_gpus=answers.pop("ksm_allocated"),
         newest_sample_at=datetime.fromtimestamp(newest[0].value, tz=timezone.utc) if newest else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    """A node's mean GPU utilisation over the descheduler window."""
+
+    mean: float
+    low: float
+    """The policy's low quantile of the window."""
+    coverage: float
+    """Share of the window's steps with a sample, 0–1."""
+
+
+def window_queries(matchers: str, *, window_seconds: float, step_seconds: float, quantile: float,
+                   use_profiling_metrics: bool) -> dict[str, str]:
+    """Per-node utilisation over the window, as subqueries over the per-node mean."""
+    util = selector(dcgm.GPU_UTIL, matchers)
+    if use_profiling_metrics:
+        engine = selector(dcgm.GR_ENGINE_ACTIVE, matchers)
+        util = f"((100 * {engine}) or on ({_NODE}, gpu, GPU_I_ID) {util})"
+    per_node = f"avg by ({_NODE}) (clamp({util}, 0, 100))"
+    subquery = f"({per_node})[{int(window_seconds)}s:{int(step_seconds)}s]"
+    return {"mean": f"avg_over_time({subquery})", "low": f"quantile_over_time({quantile:g}, {subquery})",
+            "samples": f"count_over_time({subquery})"}
+
+
+def read_window(query: QueryFn, policy: BalancerPolicy) -> dict[str, WindowStats]:
+    """Node → utilisation statistics over the descheduler's window."""
+    d = policy.descheduler
+    queries = window_queries(policy.prometheus.selector_matchers, window_seconds=d.window_seconds,
+                             step_seconds=d.step_seconds, quantile=d.low_quantile,
+                             use_profiling_metrics=policy.telemetry.use_profiling_metrics)
+    answers = {name: _series(query(promql)) for name, promql in queries.items()}
+    label = detect_node_label(answers["mean"], policy.telemetry.node_label)
+    steps = d.window_seconds / d.step_seconds
+    by_node: dict[str, dict[str, float]] = {}
+    for name, rows in answers.items():
+        for row in rows:
+            if node := row.labels.get(label, ""):
+                by_node.setdefault(node, {})[name] = row.value
+    return {node: WindowStats(v.get("mean", 0.0), v.get("low", 0.0), min(1.0, v.get("samples", 0.0) / steps))
+            for node, v in by_node.items()}

@@ -1,0 +1,150 @@
+"""The cluster as the planner sees it: pods and nodes from Kubernetes JSON, frozen. Pure, no I/O.
+
+Input is what `kubectl get nodes,pods -A -o json` prints (or the same objects read from the API).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from scoring.policy import PlacementPolicy
+from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request, labels_of, parse_quantity, training_group
+
+SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    namespace: str
+    name: str
+    node: str
+    phase: str
+    terminating: bool
+    owner_kind: str
+    owner_name: str
+    priority: int
+    annotations: dict[str, str] = field(hash=False, compare=False)
+    gpu_resources: tuple[tuple[str, int], ...]
+    """(resource, count) the pod requests, e.g. (("nvidia.com/gpu", 2),)."""
+    local_storage: bool
+    mirror: bool
+    training_group: tuple[str, str] | None
+    workload: str
+    """namespace/kind/name of the controller that recreates it (a Deployment for ReplicaSet pods)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    allocatable: dict[str, int] = field(hash=False, compare=False)
+    """GPU resources the node offers (whole units)."""
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: dict[str, NodeInfo]
+    pods: tuple[PodInfo, ...]
+
+    @cached_property
+    def _by_node(self) -> dict[str, list[PodInfo]]:
+        by_node: dict[str, list[PodInfo]] = defaultdict(list)
+        for pod in self.pods:
+            by_node[pod.node].append(pod)
+        return by_node
+
+    def pods_on(self, node: str) -> list[PodInfo]:
+        return list(self._by_node.get(node, ()))
+
+    def free(self) -> dict[str, Counter]:
+        """Node → GPU resources not requested by its active pods."""
+        used: dict[str, Counter] = defaultdict(Counter)
+        for pod in self.pods:
+            if pod.phase in ("Pending", "Running") and pod.node:
+                used[pod.node].update(dict(pod.gpu_resources))
+        return {name: Counter({r: n - used[name][r] for r, n in node.allocatable.items()})
+                for name, node in self.nodes.items()}
+
+    def running_replicas(self) -> Counter:
+        return Counter(p.workload for p in self.pods if p.phase == "Running" and not p.terminating)
+
+
+def _whole(quantity: Any) -> int:
+    try:
+        return int(parse_quantity(quantity).to_integral_value(rounding="ROUND_CEILING"))
+    except BadQuantity:
+        return 0
+
+
+def _workload(namespace: str, owner_kind: str, owner_name: str, labels: dict[str, str]) -> str:
+    if owner_kind == "ReplicaSet" and labels.get("pod-template-hash") and \
+            owner_name.endswith("-" + labels["pod-template-hash"]):
+        return f"{namespace}/Deployment/{owner_name[: -len(labels['pod-template-hash']) - 1]}"
+    return f"{namespace}/{owner_kind or 'Pod'}/{owner_name}"
+
+
+def pod_info(obj: dict[str, Any], policy: PlacementPolicy) -> PodInfo:
+    metadata, spec, status = as_dict(obj.get("metadata")), as_dict(obj.get("spec")), as_dict(obj.get("status"))
+    owner = next((r for r in as_list(metadata.get("ownerReferences")) if isinstance(r, dict) and r.get("controller")),
+                 {})
+    annotations = {k: v for k, v in as_dict(metadata.get("annotations")).items() if isinstance(v, str)}
+    labels = labels_of(obj)
+    resources: Counter = Counter()
+    try:
+        request = gpu_request(obj, policy)
+    except BadQuantity:
+        request = None
+    if request is not None:
+        for container in as_list(spec.get("containers")):
+            limits = as_dict(as_dict(as_dict(container).get("resources")).get("limits"))
+            requests = as_dict(as_dict(as_dict(container).get("resources")).get("requests"))
+            for name in request.resources:
+                resources[name] += _whole(limits.get(name, requests.get(name, 0)))
+    volumes = as_list(spec.get("volumes"))
+    namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+    owner_kind, owner_name = str(owner.get("kind", "")), str(owner.get("name", ""))
+    return PodInfo(
+        namespace=namespace, name=name, node=str(spec.get("nodeName", "")), phase=str(status.get("phase", "")),
+        terminating=bool(metadata.get("deletionTimestamp")), owner_kind=owner_kind, owner_name=owner_name,
+        priority=int(spec.get("priority", 0) or 0), annotations=annotations,
+        gpu_resources=tuple(sorted(resources.items())),
+        local_storage=any(isinstance(v, dict) and ("emptyDir" in v or "hostPath" in v) for v in volumes),
+        mirror="kubernetes.io/config.mirror" in annotations,
+        training_group=training_group(obj, policy),
+        workload=_workload(namespace, owner_kind, owner_name, labels),
+    )
+
+
+def node_info(obj: dict[str, Any], policy: PlacementPolicy) -> NodeInfo:
+    metadata, spec, status = as_dict(obj.get("metadata")), as_dict(obj.get("spec")), as_dict(obj.get("status"))
+    allocatable = as_dict(status.get("allocatable"))
+    gpus = {name: _whole(q) for name, q in allocatable.items()
+            if any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in policy.gpu_resources)}
+    return NodeInfo(str(metadata.get("name", "")), {k: v for k, v in gpus.items() if v > 0},
+                    bool(spec.get("unschedulable")))
+
+
+def cluster_from_objects(items: Iterable[dict[str, Any]], policy: PlacementPolicy) -> Cluster:
+    nodes: dict[str, NodeInfo] = {}
+    pods: list[PodInfo] = []
+    for obj in items:
+        kind = obj.get("kind") if isinstance(obj, dict) else None
+        if kind == "Node":
+            node = node_info(obj, policy)
+            nodes[node.name] = node
+        elif kind == "Pod":
+            pods.append(pod_info(obj, policy))
+    return Cluster(nodes, tuple(pods))
+
+
+def cluster_from_list(document: Any, policy: PlacementPolicy) -> Cluster:
+    """From `kubectl get nodes,pods -A -o json` output; raises ValueError on anything else."""
+    if not isinstance(document, dict) or not isinstance(document.get("items"), list):
+        raise ValueError("expected the JSON of `kubectl get nodes,pods -A -o json` (a List with items)")
+    return cluster_from_objects(document["items"], policy)
+
+

@@ -1,0 +1,76 @@
+"""The evictor: carries out a plan through the Eviction API and leaves an Event per eviction.
+
+Does I/O with the official `kubernetes` client (APIs injected). It alone owns dry-run: with
+`dry_run` it makes no write call at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from descheduler.plan import Plan, PlannedEviction
+
+log = logging.getLogger("gpu_balancer.descheduler")
+REPORTER = "gpu-balancer.io/descheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    eviction: PlannedEviction
+    result: str
+    """"evicted", "dry-run", "gone" (already deleted: done), "blocked" (PDB, 429) or "error"."""
+    detail: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.result in ("evicted", "dry-run", "gone")
+
+
+def _event(eviction: PlannedEviction, now: datetime, instance: str) -> client.EventsV1Event:
+    return client.EventsV1Event(
+        metadata=client.V1ObjectMeta(generate_name=f"{eviction.pod}.", namespace=eviction.namespace),
+        event_time=now, action="Evict", reason="GpuNodeSustainedHot", type="Normal",
+        note=f"Evicted by gpu-balancer from {eviction.node} so its controller recreates it on a cooler node: "
+             f"{eviction.reason}"[:1024],
+        reporting_controller=REPORTER, reporting_instance=instance,
+        regarding=client.V1ObjectReference(api_version="v1", kind="Pod", name=eviction.pod,
+                                           namespace=eviction.namespace))
+
+
+def carry_out(plan: Plan, core: client.CoreV1Api | None, events: client.EventsV1Api | None, *, dry_run: bool,
+              now: datetime, instance: str = "gpu-balancer-descheduler") -> list[Outcome]:
+    outcomes = []
+    for eviction in plan.evictions:
+        if dry_run or core is None:
+            outcomes.append(Outcome(eviction, "dry-run"))
+            continue
+        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=eviction.pod, namespace=eviction.namespace))
+        try:
+            core.create_namespaced_pod_eviction(eviction.pod, eviction.namespace, body)
+        except ApiException as error:
+            if error.status == 404:
+                outcomes.append(Outcome(eviction, "gone", "pod already deleted"))
+            elif error.status == 429:
+                # A PodDisruptionBudget allows no disruption now; not retried in this run.
+                outcomes.append(Outcome(eviction, "blocked", "a PodDisruptionBudget allows no disruption now"))
+            elif error.status == 500:
+                log.error("eviction of %s/%s failed with 500: its PodDisruptionBudgets are misconfigured "
+                          "(several select it?)", eviction.namespace, eviction.pod)
+                outcomes.append(Outcome(eviction, "error", "500 from the API server: misconfigured PodDisruptionBudget"))
+            else:
+                log.error("eviction of %s/%s failed: %s %s", eviction.namespace, eviction.pod, error.status, error.reason)
+                outcomes.append(Outcome(eviction, "error", f"{error.status} {error.reason}"))
+            continue
+        outcomes.append(Outcome(eviction, "evicted"))
+        log.info("evicted %s/%s from %s: %s", eviction.namespace, eviction.pod, eviction.node, eviction.reason)
+        if events is not None:
+            try:
+                events.create_namespaced_event(eviction.namespace, _event(eviction, now, instance))
+            except ApiException as error:  # the eviction happened; a missing Event is not worth failing for
+                log.warning("could not record an Event for %s/%s: %s", eviction.namespace, eviction.pod, error.status)
+    return outcomes

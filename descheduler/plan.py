@@ -1,0 +1,155 @@
+"""Eviction planning: which pods leave which sustained-hot nodes, within limits. Pure, no I/O.
+
+A node is a source only when it is hot now *and* has been over the window (mean and a low
+quantile, with enough samples): a spike of seconds never triggers an eviction. A pod is evicted
+only when a cool node has free GPUs of the kind it needs; that capacity is reserved as the plan
+is built, so one cool node is not promised twice.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from descheduler.cluster import Cluster, PodInfo
+from descheduler.filters import why_not_evictable
+from descheduler.ledger import LedgerState
+from scoring.heat import FleetHeat, Tier
+from scoring.policy import DeschedulerPolicy
+from scoring.prometheus import WindowStats
+from scoring.telemetry import ClusterSnapshot
+
+
+class Limit(enum.Enum):
+    PER_RUN = "evictions per run"
+    PER_NODE = "evictions per node"
+    PER_NAMESPACE = "evictions per namespace"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedEviction:
+    namespace: str
+    pod: str
+    node: str
+    workload: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    namespace: str
+    pod: str
+    reason: str
+    limit: Limit | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    hot_nodes: tuple[str, ...]
+    evictions: tuple[PlannedEviction, ...]
+    skipped: tuple[Skip, ...]
+    notes: tuple[str, ...]
+
+
+def sustained_hot(name: str, stats: WindowStats | None, policy: DeschedulerPolicy) -> str | None:
+    """Why the node counts as sustained-hot, or None."""
+    if stats is None or stats.coverage < policy.min_window_coverage:
+        return None
+    if stats.mean >= policy.sustained_util_percent and stats.low >= policy.low_quantile_util_percent:
+        return (f"GPU util {stats.mean:.0f}% mean, {stats.low:.0f}% low over {policy.window_seconds / 60:.0f} min "
+                f"≥ {policy.sustained_util_percent:g}%")
+    return None
+
+
+def _contribution(snapshot: ClusterSnapshot, pod: PodInfo) -> float:
+    """Points of node mean utilisation this pod's GPUs account for (0 when not measured)."""
+    node = snapshot.by_name.get(pod.node)
+    if node is None or node.gpus == 0:
+        return 0.0
+    for usage in node.pods:
+        if usage.namespace == pod.namespace and usage.name == pod.name:
+            return usage.util_percent * usage.gpus / node.gpus
+    return 0.0
+
+
+def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mapping[str, WindowStats],
+                   cluster: Cluster, ledger: LedgerState, policy: DeschedulerPolicy, now: datetime) -> Plan:
+    heat = {n.name: n for n in fleet.nodes}
+    sources = sorted(
+        ((name, reason) for name, n in heat.items()
+         if n.tier is Tier.HOT and (reason := sustained_hot(name, window.get(name), policy))),
+        key=lambda item: -window[item[0]].mean)
+    notes: list[str] = []
+    if not sources:
+        notes.append("no node has been hot over the whole window")
+    free = cluster.free()
+    spare: dict[str, Counter] = {}
+    for name, n in heat.items():
+        if n.tier <= Tier.WARM and n.gpu_util < policy.target_util_percent and name not in dict(sources):
+            node = cluster.nodes.get(name)
+            if node is not None and not node.unschedulable:
+                spare[name] = Counter({r: c for r, c in free.get(name, Counter()).items() if c > 0})
+    if sources and not any(spare.values()):
+        notes.append(f"no node below {policy.target_util_percent:g}% has free GPUs: nothing can move")
+
+    replicas = cluster.running_replicas()
+    evictions: list[PlannedEviction] = []
+    skipped: list[Skip] = []
+    per_node: Counter = Counter()
+    per_namespace: Counter = Counter()
+    for position, (node_name, source_reason) in enumerate(sources):
+        if len(evictions) >= policy.max_evictions_per_run and policy.max_evictions_per_run > 0 and position:
+            notes.append(f"run limit of {policy.max_evictions_per_run} evictions reached; "
+                         f"{len(sources) - position} more hot node(s) wait for the next run")
+            break
+        excess = heat[node_name].gpu_util - policy.sustained_util_percent
+        candidates: list[tuple[PodInfo, float]] = []
+        for pod in cluster.pods_on(node_name):
+            why_not = why_not_evictable(pod, policy)
+            if why_not is None and (until := ledger.cooldown_until(pod.workload, now, policy)):
+                why_not = f"workload in cooldown until {until.isoformat(timespec='minutes')}"
+            if why_not:
+                skipped.append(Skip(pod.namespace, pod.name, why_not))
+            else:
+                candidates.append((pod, _contribution(snapshot, pod)))
+
+        def rank(item: tuple[PodInfo, float]) -> tuple:
+            pod, share = item
+            covers = share >= excess
+            # Smallest pod that alone brings the node below the threshold; else the biggest.
+            return (0 if covers else 1, share if covers else -share, pod.priority, -replicas[pod.workload],
+                    pod.namespace, pod.name)
+
+        for pod, share in sorted(candidates, key=rank):
+            if excess <= 0:
+                break
+            limit = (Limit.PER_RUN if len(evictions) >= policy.max_evictions_per_run else
+                     Limit.PER_NODE if per_node[node_name] >= policy.max_evictions_per_node else
+                     Limit.PER_NAMESPACE if per_namespace[pod.namespace] >= policy.max_evictions_per_namespace else None)
+            if limit is not None:
+                skipped.append(Skip(pod.namespace, pod.name, f"limit reached: {limit.value}", limit))
+                continue
+            destination = _reserve(spare, dict(pod.gpu_resources))
+            if destination is None:
+                need = ", ".join(f"{r}×{c}" for r, c in pod.gpu_resources)
+                skipped.append(Skip(pod.namespace, pod.name, f"no cool node has free {need}"))
+                continue
+            evictions.append(PlannedEviction(pod.namespace, pod.name, node_name, pod.workload,
+                                             f"{source_reason}; pod's GPUs ~{share:.0f} points; room on {destination}"))
+            per_node[node_name] += 1
+            per_namespace[pod.namespace] += 1
+            excess -= share
+    return Plan(tuple(name for name, _ in sources), tuple(evictions), tuple(skipped), tuple(notes))
+
+
+def _reserve(spare: dict[str, Counter], need: dict[str, int]) -> str | None:
+    """Reserve `need` on the cool node with the most room for it; None when none has room."""
+    fitting = [name for name, room in spare.items() if all(room[r] >= c for r, c in need.items())]
+    if not fitting:
+        return None
+    best = max(fitting, key=lambda name: (sum(spare[name][r] for r in need), name))
+    spare[best].subtract(need)
+    return best

@@ -1,0 +1,89 @@
+"""One descheduler run: telemetry, cluster, ledger → plan → evictions → report (I/O at the edges)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from kubernetes import client
+
+from descheduler.cluster import Cluster, cluster_from_objects
+from descheduler.evictor import Outcome, carry_out
+from descheduler.ledger import EvictionRecord, LedgerState, load_ledger, save_ledger
+from descheduler.plan import Plan, plan_evictions
+from scoring.heat import fleet_heat
+from scoring.policy import BalancerPolicy
+from scoring.prometheus import QueryFn, TelemetryError, read_snapshot, read_window
+
+
+@dataclass(frozen=True)
+class Report:
+    dry_run: bool
+    plan: Plan
+    outcomes: tuple[Outcome, ...]
+
+    def as_dict(self) -> dict:
+        done = [o for o in self.outcomes if o.done]
+        failed = [o for o in self.outcomes if not o.done]
+        return {
+            "dry_run": self.dry_run,
+            "hot_nodes": list(self.plan.hot_nodes),
+            "evictions": [{"namespace": o.eviction.namespace, "pod": o.eviction.pod, "node": o.eviction.node,
+                           "reason": o.eviction.reason} for o in done],
+            "skipped": [{"namespace": s.namespace, "pod": s.pod, "reason": s.reason} for s in self.plan.skipped]
+            + [{"namespace": o.eviction.namespace, "pod": o.eviction.pod, "reason": o.detail} for o in failed],
+            "notes": list(self.plan.notes),
+        }
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for o in self.outcomes if o.result == "error")
+
+
+def live_cluster(core: client.CoreV1Api, policy: BalancerPolicy) -> Cluster:
+    serialise = core.api_client.sanitize_for_serialization
+    nodes = [dict(serialise(n), kind="Node") for n in core.list_node().items]
+    pods = [dict(serialise(p), kind="Pod") for p in core.list_pod_for_all_namespaces().items]
+    return cluster_from_objects(nodes + pods, policy.placement)
+
+
+def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: Callable[[], datetime],
+             core: client.CoreV1Api | None = None, events: client.EventsV1Api | None = None,
+             dry_run: bool = True) -> Report:
+    """Plan and (unless `dry_run` or no API) evict. Raises `TelemetryError` — zero evictions —
+    when Prometheus cannot be read or its telemetry is stale."""
+    snapshot = read_snapshot(query, policy)
+    taken = now()
+    fleet = fleet_heat(snapshot, policy.heat, now=taken,
+                       staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
+    if fleet.stale:
+        raise TelemetryError(f"telemetry from Prometheus at {policy.prometheus.url} is stale or empty "
+                             f"({fleet.age_seconds:.0f}s old, {len(snapshot.nodes)} GPU nodes): no evictions")
+    window = read_window(query, policy)
+    ledger, version = load_ledger(core, policy.descheduler) if core is not None else (LedgerState(), None)
+    plan = plan_evictions(fleet=fleet, snapshot=snapshot, window=window, cluster=cluster, ledger=ledger,
+                          policy=policy.descheduler, now=taken)
+    outcomes = carry_out(plan, core, events, dry_run=dry_run, now=taken)
+    evicted = [o.eviction for o in outcomes if o.result == "evicted"]
+    if evicted and core is not None:
+        records = [EvictionRecord(e.workload, e.namespace, e.pod, e.node, taken) for e in evicted]
+        save_ledger(core, ledger.with_evictions(records, taken, policy.descheduler), version, policy.descheduler)
+    return Report(dry_run or core is None, plan, tuple(outcomes))
+
+
+def report_as_table(report: Report) -> str:
+    data = report.as_dict()
+    lines = [f"{'DRY RUN: ' if report.dry_run else ''}hot nodes: {', '.join(data['hot_nodes']) or 'none'}"]
+    lines.append(f"evictions ({len(data['evictions'])}):" if data["evictions"] else "evictions: none")
+    lines += [f"  {e['namespace']}/{e['pod']} from {e['node']}: {e['reason']}" for e in data["evictions"]]
+    if data["skipped"]:
+        lines.append(f"skipped ({len(data['skipped'])}):")
+        lines += [f"  {s['namespace']}/{s['pod']}: {s['reason']}" for s in data["skipped"]]
+    lines += [f"note: {n}" for n in data["notes"]]
+    return "\n".join(lines)
+
+
+def report_as_json(report: Report) -> str:
+    return json.dumps(report.as_dict(), indent=2)

@@ -1,0 +1,73 @@
+"""Evictions, Events and the ledger through the real `kubernetes` client against a stateful
+Kubernetes API stand-in (kmock) on loopback."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from kubernetes import client
+
+from descheduler.evictor import carry_out
+from descheduler.ledger import EvictionRecord, LedgerState, load_ledger, save_ledger
+from descheduler.plan import Plan, PlannedEviction
+from scoring.policy import DeschedulerPolicy
+from tests.descheduler.helpers import NOW
+
+POLICY = DeschedulerPolicy()
+
+
+def planned(*names):
+    return Plan(("hot-a",), tuple(PlannedEviction("ml", n, "hot-a", f"ml/Deployment/{n}", "hot") for n in names), (), ())
+
+
+def status(code, reason, message):
+    return {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code, "reason": reason,
+            "message": message}
+
+
+def eviction_requests(emulator, pod):
+    return list(emulator[f"post /api/v1/namespaces/ml/pods/{pod}/eviction"])
+
+
+def test_evictions_honour_pdbs_report_500s_and_leave_events(kube):
+    api, emulator = kube
+    emulator["post /api/v1/namespaces/ml/pods/ok/eviction"] << 201 << {"apiVersion": "v1", "kind": "Status",
+                                                                         "status": "Success"}
+    emulator["post /api/v1/namespaces/ml/pods/guarded/eviction"] << 429 << status(
+        429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
+    emulator["post /api/v1/namespaces/ml/pods/broken/eviction"] << 500 << status(
+        500, "InternalError", "This pod has more than one PodDisruptionBudget")
+    emulator["post /api/v1/namespaces/ml/pods/gone/eviction"] << 404 << status(404, "NotFound", "pods not found")
+    core, events = client.CoreV1Api(api), client.EventsV1Api(api)
+    outcomes = carry_out(planned("ok", "guarded", "broken", "gone"), core, events, dry_run=False, now=NOW)
+    assert [(o.eviction.pod, o.result) for o in outcomes] == [
+        ("ok", "evicted"), ("guarded", "blocked"), ("broken", "error"), ("gone", "gone")]
+    assert "PodDisruptionBudget" in outcomes[1].detail and "500" in outcomes[2].detail
+    assert len(eviction_requests(emulator, "guarded")) == 1, "a PDB refusal is not retried in the same run"
+    recorded = events.list_namespaced_event("ml").items
+    assert [(e.regarding.name, e.action, e.reporting_controller) for e in recorded] == [
+        ("ok", "Evict", "gpu-balancer.io/descheduler")]
+    assert "hot-a" in recorded[0].note
+
+
+def test_dry_run_makes_no_write_call_at_all(kube):
+    api, emulator = kube
+    outcomes = carry_out(planned("a", "b"), client.CoreV1Api(api), client.EventsV1Api(api), dry_run=True, now=NOW)
+    assert [o.result for o in outcomes] == ["dry-run", "dry-run"]
+    assert list(emulator["post"]) == [] and list(emulator["patch"]) == [] and list(emulator["put"]) == []
+
+
+def test_the_ledger_is_kept_in_a_configmap_the_next_run_reads(kube):
+    api, _ = kube
+    core = client.CoreV1Api(api)
+    state, version = load_ledger(core, POLICY)
+    assert state == LedgerState() and version is None
+    first = state.with_evictions([EvictionRecord("ml/Deployment/svc", "ml", "svc-1", "hot-a", NOW)], NOW, POLICY)
+    save_ledger(core, first, version, POLICY)
+    loaded, version = load_ledger(core, POLICY)
+    assert loaded == first and version is not None
+    second = loaded.with_evictions([EvictionRecord("ml/Deployment/web", "ml", "web-1", "hot-b",
+                                                   NOW + timedelta(minutes=5))], NOW, POLICY)
+    save_ledger(core, second, version, POLICY)
+    assert load_ledger(core, POLICY)[0] == second
+    assert load_ledger(core, POLICY)[0].cooldown_until("ml/Deployment/svc", NOW + timedelta(minutes=1), POLICY)

@@ -1,0 +1,157 @@
+"""Sustained heat against a real Prometheus: history backfilled with promtool, the present scraped
+live from fake-dcgm; and `gpu-balancer deschedule` end to end in dry-run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+
+from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
+from scoring import dcgm
+from scoring.policy import default_policy
+from scoring.prometheus import connect, read_window
+from scoring.telemetry import GpuSample, PodRef
+from tests.conftest import _require_prometheus
+from tests.descheduler.helpers import node_obj, pod_obj
+
+GPUS = 4
+# node → (utilisation over the last 15 minutes, utilisation now)
+HISTORY = {"hot-a": (95.0, 95.0), "spike-b": (10.0, 95.0), "cool-c": (5.0, 5.0), "cool-d": (5.0, 5.0)}
+
+
+def samples(now: bool) -> list[GpuSample]:
+    out = []
+    for node, (past, present) in HISTORY.items():
+        util = present if now else past
+        for g in range(GPUS):
+            busy = util > 50 or g == 0
+            out.append(GpuSample(node=node, gpu=str(g), uuid=f"GPU-{node}-{g}", model="NVIDIA H100 80GB HBM3",
+                                 pci_bus_id=f"00000000:{g + 1:02X}:00.0", util_percent=util,
+                                 fb_used_mib=40_000.0 if busy else 0.0, fb_free_mib=41_000.0 if busy else 81_000.0,
+                                 temperature_c=60.0, power_w=300.0,
+                                 pod=PodRef("inference", f"{node}-pod{g}", "c") if busy else None))
+    return out
+
+
+def openmetrics_history(start: float, end: float, step: float = 15.0) -> str:
+    lines = [f"# TYPE {dcgm.GPU_UTIL} gauge"]
+    t = start
+    rows = []
+    while t <= end:
+        for s in samples(now=False):
+            rows.append((s, t))
+        t += step
+    for s, at in rows:
+        labels = ",".join(f'{k}="{v}"' for k, v in dcgm.exporter_labels(s))
+        lines.append(f"{dcgm.GPU_UTIL}{{{labels}}} {s.util_percent} {at:.3f}")
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+@pytest.fixture
+def prometheus_with_history(tmp_path, fake_dcgm):
+    _require_prometheus()
+    now = time.time()
+    source = tmp_path / "history.om"
+    source.write_text(openmetrics_history(now - 900, now - 20))
+    data = tmp_path / "tsdb"
+    subprocess.run([shutil.which("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
+                   check=True, capture_output=True)
+    from sim.dcgm_text import render_exposition
+    from sim.fake_dcgm import make_server, serve_in_background
+
+    server = make_server(render_exposition(samples(now=True)), port=0)
+    serve_in_background(server)
+    prom = LocalPrometheus([ScrapeTarget(f"127.0.0.1:{server.server_port}")], storage=data).start()
+    prom.wait_for(dcgm.FB_USED, at_least=len(HISTORY) * GPUS)
+    time.sleep(2)  # a few live scrapes
+    yield prom
+    prom.stop()
+    server.shutdown()
+
+
+def test_only_heat_that_lasted_the_window_counts(prometheus_with_history):
+    policy = default_policy()
+    policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus_with_history.url))
+    stats = read_window(connect(policy.prometheus), policy)
+    assert set(stats) == set(HISTORY)
+    assert stats["hot-a"].mean > 90 and stats["hot-a"].low > 90 and stats["hot-a"].coverage >= 0.8
+    assert stats["spike-b"].mean < 30 and stats["spike-b"].low < 20, "hot now, but not over the window"
+    assert stats["cool-c"].mean < 10
+
+
+def cluster_file(tmp_path):
+    objects = [node_obj(n, gpus=GPUS) for n in HISTORY]
+    objects += [pod_obj(s.pod.name, s.node, owner_name=f"{s.pod.name}-5d4f") for s in samples(now=True) if s.pod]
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    return path
+
+
+def test_deschedule_dry_run_evicts_only_from_the_sustained_hot_node(prometheus_with_history, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "descheduler", "--dry-run", "--prometheus-url", prometheus_with_history.url,
+         "--cluster-file", str(cluster_file(tmp_path)), "--output", "json"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["dry_run"] is True
+    assert report["hot_nodes"] == ["hot-a"]
+    assert report["evictions"] and {e["node"] for e in report["evictions"]} == {"hot-a"}
+    assert len(report["evictions"]) <= default_policy().descheduler.max_evictions_per_node
+
+
+def test_deschedule_without_prometheus_evicts_nothing_and_says_why(tmp_path):
+    import socket
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    result = subprocess.run([sys.executable, "-m", "descheduler", "--prometheus-url", url,
+                             "--cluster-file", str(cluster_file(tmp_path))], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "Prometheus" in result.stderr and url in result.stderr
+    assert "evictions" not in result.stdout
+
+
+def test_a_bad_cluster_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "cluster.json"
+    bad.write_text('{"kind": "Pod"}')
+    result = subprocess.run([sys.executable, "-m", "descheduler", "--cluster-file", str(bad)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "kubectl get nodes,pods -A -o json" in result.stderr
+
+
+def test_a_live_run_evicts_records_its_ledger_and_the_next_run_holds_off(prometheus_with_history, tmp_path, kube):
+    from datetime import datetime, timezone
+
+    from kubernetes import client
+
+    from descheduler.cluster import cluster_from_list
+    from descheduler.run import run_once
+
+    api, emulator = kube
+    for s in samples(now=True):
+        if s.pod:
+            emulator[f"post /api/v1/namespaces/inference/pods/{s.pod.name}/eviction"] << 201 << {
+                "kind": "Status", "status": "Success"}
+    policy = default_policy()
+    policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus_with_history.url))
+    cluster = cluster_from_list(json.loads(cluster_file(tmp_path).read_text()), policy.placement)
+    core, events = client.CoreV1Api(api), client.EventsV1Api(api)
+    query = connect(policy.prometheus)
+    first = run_once(policy, query=query, cluster=cluster, core=core, events=events, dry_run=False,
+                     now=lambda: datetime.now(timezone.utc))
+    evicted = [o.eviction.pod for o in first.outcomes if o.result == "evicted"]
+    assert evicted and all(pod.startswith("hot-a-") for pod in evicted)
+    assert len(events.list_namespaced_event("inference").items) == len(evicted)
+    ledger = core.read_namespaced_config_map(policy.descheduler.ledger_name, policy.descheduler.ledger_namespace)
+    assert all(pod in ledger.data["evictions.json"] for pod in evicted)
+    second = run_once(policy, query=query, cluster=cluster, core=core, events=events, dry_run=False,
+                      now=lambda: datetime.now(timezone.utc))
+    held = {s.pod for s in second.plan.skipped if "cooldown" in s.reason}
+    assert set(evicted) <= held, "the same workloads are not evicted again within the cooldown"

@@ -45,6 +45,7 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
     """The webhook app. `cache` is started and stopped with the app unless `run_cache` is False."""
     metrics = metrics or create_metrics()
     ledger = ledger or SteeringLedger(policy.placement.settle_seconds)
+    cache.on_refresh.append(lambda telemetry: ledger.prepare(telemetry.index))
 
     def snapshot_age() -> float:
         current = cache.current

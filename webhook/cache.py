@@ -44,6 +44,8 @@ class SnapshotCache:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
+        self.on_refresh: list[Callable[[Telemetry], None]] = []
+        """Called in the refresh thread with each new telemetry, e.g. to re-rank off the request path."""
 
     @property
     def current(self) -> Telemetry | None:
@@ -59,7 +61,10 @@ class SnapshotCache:
             return
         fleet = fleet_heat(snapshot, self._policy.heat, now=self._clock(),
                            staleness_limit_seconds=self._policy.telemetry.staleness_limit_seconds)
-        self._current = Telemetry(snapshot, fleet, index_fleet(fleet))
+        telemetry = Telemetry(snapshot, fleet, index_fleet(fleet))
+        for listener in self.on_refresh:
+            listener(telemetry)
+        self._current = telemetry
         self.last_error = None
 
     def fresh(self, now: datetime) -> Telemetry | None:

@@ -43,6 +43,12 @@ class SteeringLedger:
             self._expire(telemetry_time)
             return dict(self._pending)
 
+    def prepare(self, index: PlacementIndex) -> None:
+        """Rank a new snapshot's nodes now (O(n log n)), so the next admission does not have to."""
+        with self._lock:
+            if index is not self._index:
+                self._attach(index)
+
     def top(self, index: PlacementIndex, telemetry_time: datetime | None, *, need: int, k: int
             ) -> tuple[list[Candidate], int]:
         """The K best candidates for `index` (as `rank` would give them) and all GPUs promised."""

@@ -192,7 +192,7 @@ def parse_policy(text: str) -> BalancerPolicy:
     if kind != KIND:
         raise PolicyError(f"kind: expected {KIND!r}, got {kind!r}")
     document.pop("metadata", None)
-    policy = _decode(BalancerPolicy, document, path="")
+    policy = decode_fields(BalancerPolicy, document, path="")
     validate_policy(policy)
     return policy
 
@@ -251,7 +251,7 @@ def _camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-def _decode(kind: Any, value: Any, path: str) -> Any:
+def decode_fields(kind: Any, value: Any, path: str) -> Any:
     """Turn plain YAML data into `kind`, naming the path of the first thing that does not fit."""
     where = path or "policy"
     if dataclasses.is_dataclass(kind):
@@ -263,7 +263,7 @@ def _decode(kind: Any, value: Any, path: str) -> Any:
         if unknown:
             raise PolicyError(f"{path + '.' if path else ''}{unknown[0]}: unknown field "
                               f"(known: {', '.join(sorted(by_key))})")
-        kwargs = {f.name: _decode(hints[f.name], value[key], f"{path + '.' if path else ''}{key}")
+        kwargs = {f.name: decode_fields(hints[f.name], value[key], f"{path + '.' if path else ''}{key}")
                   for key, f in by_key.items() if key in value}
         return kind(**kwargs)
     origin = typing.get_origin(kind)
@@ -271,7 +271,7 @@ def _decode(kind: Any, value: Any, path: str) -> Any:
         (item_kind, _ellipsis) = typing.get_args(kind)
         if not isinstance(value, list):
             raise PolicyError(f"{where}: expected a list, got {type(value).__name__}")
-        return tuple(_decode(item_kind, item, f"{where}[{i}]") for i, item in enumerate(value))
+        return tuple(decode_fields(item_kind, item, f"{where}[{i}]") for i, item in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             raise PolicyError(f"{where}: expected a mapping of strings to strings")

@@ -18,9 +18,17 @@ from typing import Any
 
 from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
 
-WEIGHTS = {"NodeAffinity": 2, "PodTopologySpread": 2, "InterPodAffinity": 2, "NodeResourcesFit": 1,
-           "BalancedAllocation": 1}
 HOSTNAME = "kubernetes.io/hostname"
+WEIGHTS = {"NodeAffinity": 2, "PodTopologySpread": 2, "InterPodAffinity": 2, "NodeResourcesFit": 1,
+           "BalancedAllocation": 1, "ImageLocality": 1}
+IMAGE_MIN_BYTES, IMAGE_MAX_BYTES = 23 * 2**20, 1000 * 2**20
+"""ImageLocality's thresholds: below the minimum a cached image scores 0, above the maximum (per
+container) 100. Model-serving images are many GB, so a node that already has one scores 100."""
+IMAGE_SIZE_ANNOTATION = "sim.gpu-balancer.io/image-bytes"
+"""Simulator-only: the size of the pod's image (the scheduler reads it from the node's image list)."""
+SYSTEM_DEFAULT_SPREAD = ({"maxSkew": 3, "topologyKey": HOSTNAME, "whenUnsatisfiable": "ScheduleAnyway"},
+                         {"maxSkew": 5, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"})
+"""The scheduler's default spread for pods of a ReplicaSet that declare none of their own."""
 
 
 def quantity(value: Any) -> float:
@@ -58,6 +66,8 @@ class NodeState:
     requested: Counter = field(default_factory=Counter)
     pods: dict[str, dict] = field(default_factory=dict)
     """key "namespace/name" → pod object."""
+    images: dict[str, int] = field(default_factory=dict)
+    """Images present on the node (pulled by earlier pods) and their sizes in bytes."""
 
     @staticmethod
     def from_object(obj: Mapping[str, Any]) -> "NodeState":
@@ -71,10 +81,16 @@ class NodeState:
     def bind(self, pod: dict) -> None:
         self.pods[pod_key(pod)] = pod
         self.requested.update(requests_of(pod))
+        self.images.update(images_of(pod))
 
     def unbind(self, pod: dict) -> None:
         if self.pods.pop(pod_key(pod), None) is not None:
             self.requested.subtract(requests_of(pod))
+
+
+def images_of(pod: Mapping[str, Any]) -> dict[str, int]:
+    size = int(as_dict(as_dict(pod.get("metadata")).get("annotations")).get(IMAGE_SIZE_ANNOTATION, 0) or 0)
+    return {str(as_dict(c).get("image", "")): size for c in as_list(as_dict(pod.get("spec")).get("containers"))}
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -170,6 +186,9 @@ def evaluate(pod: Mapping[str, Any], nodes: list[NodeState], *, score_gpus: bool
     node_selector = as_dict(spec.get("nodeSelector"))
     tolerations = [t for t in as_list(spec.get("tolerations")) if isinstance(t, dict)]
     spreads = [c for c in as_list(spec.get("topologySpreadConstraints")) if isinstance(c, dict)]
+    owners = [r for r in as_list(as_dict(pod.get("metadata")).get("ownerReferences")) if isinstance(r, dict)]
+    if not spreads and any(r.get("kind") == "ReplicaSet" for r in owners):
+        spreads = [dict(c, labelSelector={"matchLabels": _labels(pod)}) for c in SYSTEM_DEFAULT_SPREAD]
     hard_spreads = [(c, _spread_counts(c, pod, nodes)) for c in spreads if c.get("whenUnsatisfiable") == "DoNotSchedule"]
     soft_spreads = [(c, _spread_counts(c, pod, nodes)) for c in spreads if c.get("whenUnsatisfiable") != "DoNotSchedule"]
 
@@ -223,6 +242,7 @@ def evaluate(pod: Mapping[str, Any], nodes: list[NodeState], *, score_gpus: bool
         mean = sum(fractions) / len(fractions) if fractions else 0.0
         deviation = (sum((f - mean) ** 2 for f in fractions) / len(fractions)) ** 0.5 if fractions else 0.0
         raw[node.name]["BalancedAllocation"] = 100 * (1 - deviation)
+        raw[node.name]["ImageLocality"] = _image_locality(pod, node, nodes)
 
     normalised = _normalise(raw)
     verdicts = []
@@ -234,6 +254,19 @@ def evaluate(pod: Mapping[str, Any], nodes: list[NodeState], *, score_gpus: bool
             verdicts.append(NodeVerdict(node.name, True, None, scores,
                                         sum(WEIGHTS[p] * s for p, s in scores.items())))
     return verdicts
+
+
+def _image_locality(pod: Mapping[str, Any], node: NodeState, nodes: list[NodeState]) -> float:
+    wanted = images_of(pod)
+    total = 0.0
+    for image in wanted:
+        if image in node.images:
+            spread = sum(1 for n in nodes if image in n.images) / len(nodes)
+            total += node.images[image] * spread
+    ceiling = IMAGE_MAX_BYTES * max(1, len(wanted))
+    if total < IMAGE_MIN_BYTES:
+        return 0.0
+    return 100 * min(1.0, (total - IMAGE_MIN_BYTES) / (ceiling - IMAGE_MIN_BYTES))
 
 
 def _pod_affinity(affinity: Mapping[str, Any], node: NodeState, nodes: list[NodeState]) -> float:

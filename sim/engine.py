@@ -1,0 +1,292 @@
+"""The discrete-time cluster simulation: workloads, telemetry lag, scheduling, descheduling. Pure
+given its seed (no I/O); it calls the same placement and eviction code production runs.
+
+Latency model (documented in README, "Simulating your fleet"): each inference replica owns one
+GPU and serves its share of its service's traffic. Its GPU's speed drops with node-level
+contention (shared PCIe, host CPU and power budget): speed = 1 − 0.6 × max(0, node load − 0.4).
+Busy fraction ρ = load / speed; mean sojourn time W = s₀ / speed / (1 − ρ) (M/M/1, s₀ = 25 ms);
+a replica's p99 is W × ln 100, and the fleet's p99 is the request-weighted 99th percentile of
+those over all ticks.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sim.scenario import Scenario
+from sim.scheduler import IMAGE_SIZE_ANNOTATION, NodeState, pod_key
+
+SERVICE_TIME_MS = 25.0
+CONTENTION = 0.6
+"""Speed lost per unit of node load above `CONTENTION_FROM` (shared PCIe, host CPU, power budget)."""
+CONTENTION_FROM = 0.4
+BURST = 1.5
+"""Traffic multiplier during a service's burst (10 minutes)."""
+P99_FACTOR = math.log(100)
+NAMESPACE = "inference"
+
+
+@dataclass
+class Service:
+    name: str
+    demand: float
+    """Mean demand in fully-busy GPUs."""
+    phase: float
+    min_replicas: int
+    max_replicas: int
+    cpu: int
+    memory_gib: int
+    template_hash: str
+    image_bytes: int = 15 * 2**30
+    """Model-serving images carry weights: many GB, which is what makes ImageLocality pull replicas together."""
+    burst_until: int = -1
+    serial: int = 0
+
+
+@dataclass
+class SimPod:
+    obj: dict
+    service: str | None
+    training_job: str | None = None
+    node: str | None = None
+    created_tick: int = 0
+    load: float = 0.0
+    """Share of a fully busy GPU it serves, per GPU."""
+
+
+@dataclass
+class TickSample:
+    node_util: dict[str, float]
+    pending: int
+    latencies: list[tuple[float, float]]
+    """(p99 ms, request weight) per serving replica."""
+
+
+@dataclass
+class World:
+    """Mutable cluster state for one policy's run."""
+
+    scenario: Scenario
+    rng: random.Random
+    nodes: dict[str, NodeState]
+    services: dict[str, Service]
+    pods: dict[str, SimPod] = field(default_factory=dict)
+    tick: int = 0
+    evictions: int = 0
+    history: list[dict[str, float]] = field(default_factory=list)
+    """True per-node utilisation per tick (what telemetry reports, later)."""
+    gpu_util: list[dict[str, dict[int, tuple[float, str | None]]]] = field(default_factory=list)
+    down: dict[str, int] = field(default_factory=dict)
+    jobs: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def now_seconds(self) -> float:
+        return self.tick * self.scenario.tick_seconds
+
+    def pending(self) -> list[SimPod]:
+        return [p for p in self.pods.values() if p.node is None]
+
+    def running(self, service: str) -> list[SimPod]:
+        return [p for p in self.pods.values() if p.service == service and p.node is not None]
+
+
+def build_world(scenario: Scenario, seed: int) -> World:
+    rng = random.Random(seed)
+    f = scenario.fleet
+    nodes = {}
+    for i in range(f.nodes):
+        name = f"gpu-node-{i:03d}"
+        zone = f"zone-{i % f.zones}"
+        clique = f"cluster-1.{i // f.nodes_per_clique}"
+        nodes[name] = NodeState.from_object({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone,
+                                                  "nvidia.com/gpu.clique": clique,
+                                                  "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+            "status": {"allocatable": {"cpu": str(f.cpu_per_node), "memory": f"{f.memory_gib_per_node}Gi",
+                                       "nvidia.com/gpu": str(f.gpus_per_node)}}})
+    inf = scenario.inference
+    raw = [rng.paretovariate(inf.pareto_alpha) for _ in range(inf.services)]
+    scale = inf.mean_demand_fraction * f.nodes * f.gpus_per_node / max(sum(raw), 1e-9)
+    services = {}
+    for s, r in enumerate(raw):
+        demand = r * scale
+        minimum = 1 if demand < 0.3 else 2
+        services[f"svc-{s:02d}"] = Service(
+            name=f"svc-{s:02d}", demand=demand, phase=rng.uniform(0, 2 * math.pi), min_replicas=minimum,
+            max_replicas=max(minimum, math.ceil(demand * (1 + inf.diurnal_amplitude) * BURST / inf.max_replica_util)),
+            cpu=rng.choice((4, 8, 16)),
+            memory_gib=rng.choice((32, 64, 128)), template_hash=f"{rng.getrandbits(32):08x}"[:9])
+    return World(scenario, rng, nodes, services)
+
+
+def service_pod(world: World, service: Service) -> SimPod:
+    service.serial += 1
+    name = f"{service.name}-{service.template_hash}-{service.serial:05d}"
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name, "namespace": NAMESPACE,
+        "annotations": {IMAGE_SIZE_ANNOTATION: str(service.image_bytes)},
+        "labels": {"app": service.name, "pod-template-hash": service.template_hash},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "controller": True,
+                             "name": f"{service.name}-{service.template_hash}", "uid": service.name}]},
+        "spec": {"containers": [{"name": "server", "image": f"registry.example/{service.name}:1", "resources": {
+            "requests": {"cpu": str(service.cpu), "memory": f"{service.memory_gib}Gi"},
+            "limits": {"nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": "Pending"}}
+    pod = SimPod(obj, service.name, created_tick=world.tick)
+    world.pods[pod_key(obj)] = pod
+    return pod
+
+
+def training_pods(world: World, job: str, workers: int, gpus: int) -> list[SimPod]:
+    pods = []
+    for w in range(workers):
+        obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"{job}-worker-{w}", "namespace": "training",
+            "labels": {"jobset.sigs.k8s.io/jobset-name": job},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "controller": True, "name": job, "uid": job}]},
+            "spec": {"containers": [{"name": "trainer", "image": "registry.example/train:1", "resources": {
+                "requests": {"cpu": "32", "memory": "256Gi"}, "limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": "Pending"}}
+        pod = SimPod(obj, None, training_job=job, created_tick=world.tick, load=0.95)
+        world.pods[pod_key(obj)] = pod
+        pods.append(pod)
+    return pods
+
+
+def delete_pod(world: World, pod: SimPod) -> None:
+    if pod.node is not None and pod.node in world.nodes:
+        world.nodes[pod.node].unbind(pod.obj)
+    world.pods.pop(pod_key(pod.obj), None)
+
+
+def bind(world: World, pod: SimPod, node: str) -> None:
+    pod.node = node
+    pod.obj["spec"]["nodeName"] = node
+    pod.obj["status"]["phase"] = "Running"
+    world.nodes[node].bind(pod.obj)
+
+
+def demand_now(world: World, service: Service) -> float:
+    hours = world.now_seconds / 3600
+    diurnal = 1 + world.scenario.inference.diurnal_amplitude * math.sin(2 * math.pi * hours / 24 * 4 + service.phase)
+    burst = BURST if world.tick < service.burst_until else 1.0
+    return service.demand * diurnal * burst
+
+
+def step_workloads(world: World) -> None:
+    """Traffic, autoscaling, rollouts, bursts, training jobs and node failures for one tick."""
+    sc, rng, tick = world.scenario, world.rng, world.tick
+    ticks_per_hour = 3600 / sc.tick_seconds
+    inf = sc.inference
+    for service in world.services.values():
+        if rng.random() < inf.bursts_per_hour / ticks_per_hour / max(1, len(world.services)) * 10:
+            service.burst_until = tick + int(600 / sc.tick_seconds)
+        running = world.running(service.name)
+        existing = [p for p in world.pods.values() if p.service == service.name]
+        if tick % inf.autoscale_every_ticks == 0 or not existing:
+            desired = min(service.max_replicas, max(service.min_replicas,
+                                                    math.ceil(demand_now(world, service) / inf.target_util)))
+            for _ in range(desired - len(existing)):
+                service_pod(world, service)
+            for pod in sorted(existing, key=lambda p: -p.created_tick)[:max(0, len(existing) - desired)]:
+                delete_pod(world, pod)
+        if rng.random() < inf.rollouts_per_service_per_day / (24 * ticks_per_hour):
+            service.template_hash = f"{rng.getrandbits(32):08x}"[:9]
+        stale = [p for p in running if p.obj["metadata"]["labels"]["pod-template-hash"] != service.template_hash]
+        if stale:  # rolling update: one surge pod in, one old pod out per tick
+            service_pod(world, service)
+            delete_pod(world, stale[0])
+    ev = sc.events
+    if ev.burst_pods_at_hour >= 0 and tick == int(ev.burst_pods_at_hour * ticks_per_hour):
+        target = max(world.services.values(), key=lambda s: s.demand)
+        target.max_replicas += ev.burst_pods
+        target.demand *= 1 + ev.burst_pods * inf.target_util / max(target.demand, 1e-9) * 0.5
+        for _ in range(ev.burst_pods):
+            service_pod(world, target)
+    if ev.node_failures_at_hour >= 0 and tick == int(ev.node_failures_at_hour * ticks_per_hour):
+        for name in rng.sample(sorted(world.nodes), ev.failed_nodes):
+            world.down[name] = tick + int(ev.failure_duration_hours * ticks_per_hour)
+            world.nodes[name].unschedulable = True
+            for pod in [p for p in world.pods.values() if p.node == name]:
+                recreate(world, pod)
+    for name, until in list(world.down.items()):
+        if tick >= until:
+            world.nodes[name].unschedulable = False
+            del world.down[name]
+    tr = sc.training
+    if tr.jobs_per_hour > 0 and rng.random() < tr.jobs_per_hour / ticks_per_hour:
+        job = f"train-{tick:05d}"
+        world.jobs[job] = {"until": tick + int(rng.choice(tr.duration_hours) * ticks_per_hour), "cliques": None}
+        training_pods(world, job, rng.choice(tr.workers), tr.gpus_per_worker)
+    for job, info in list(world.jobs.items()):
+        if tick >= info["until"]:
+            for pod in [p for p in world.pods.values() if p.training_job == job]:
+                delete_pod(world, pod)
+            del world.jobs[job]
+
+
+def recreate(world: World, pod: SimPod) -> None:
+    """An evicted or lost pod: its controller makes a new one (inference) or restarts it (training)."""
+    delete_pod(world, pod)
+    if pod.service is not None:
+        service_pod(world, world.services[pod.service])
+    elif pod.training_job is not None:
+        name = pod.obj["metadata"]["name"]
+        pod.obj = {**pod.obj, "spec": {k: v for k, v in pod.obj["spec"].items() if k != "nodeName"},
+                   "status": {"phase": "Pending"}}
+        pod.obj["metadata"] = {**pod.obj["metadata"], "name": name}
+        pod.node = None
+        world.pods[pod_key(pod.obj)] = pod
+
+
+def gpu_count(pod: SimPod) -> int:
+    return int(float(pod.obj["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]))
+
+
+def measure(world: World) -> TickSample:
+    """Assign traffic to running replicas, record true utilisation, and model latency."""
+    gpus = world.scenario.fleet.gpus_per_node
+    for service in world.services.values():
+        running = world.running(service.name)
+        share = demand_now(world, service) / len(running) if running else 0.0
+        for pod in running:
+            pod.load = share
+    node_load: dict[str, float] = defaultdict(float)
+    per_gpu: dict[str, dict[int, tuple[float, str | None]]] = defaultdict(dict)
+    for pod in world.pods.values():
+        if pod.node is None:
+            continue
+        node_load[pod.node] += min(1.0, pod.load) * gpu_count(pod) / gpus
+    by_node: dict[str, list[SimPod]] = defaultdict(list)
+    for pod in world.pods.values():
+        if pod.node is not None:
+            by_node[pod.node].append(pod)
+    latencies = []
+    node_util = {}
+    for name in world.nodes:
+        if name in world.down:
+            continue
+        speed = 1 - CONTENTION * max(0.0, node_load.get(name, 0.0) - CONTENTION_FROM)
+        busy = 0.0
+        index = 0
+        for pod in by_node.get(name, ()):
+            count = gpu_count(pod)
+            rho = min(0.99, pod.load / speed)
+            for _ in range(count):
+                per_gpu[name][index] = (rho * 100, pod_key(pod.obj))
+                index += 1
+            busy += rho * count
+            if pod.service is not None and pod.load > 0:
+                wait = SERVICE_TIME_MS / speed / (1 - rho)
+                latencies.append((wait * P99_FACTOR, pod.load))
+        node_util[name] = 100 * busy / gpus
+    world.history.append(node_util)
+    world.gpu_util.append(dict(per_gpu))
+    return TickSample(node_util, len(world.pending()), latencies)
+
+
+Placer = Callable[[World, SimPod], str | None]

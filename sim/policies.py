@@ -1,0 +1,212 @@
+"""The placement policies compared by the simulator. gpu-balancer's runs the production webhook
+decision and descheduler plan on telemetry the simulator lags like a real exporter (pure, no I/O)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import random
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import jsonpatch
+
+from descheduler.cluster import cluster_from_objects
+from descheduler.ledger import EvictionRecord, LedgerState
+from descheduler.plan import plan_evictions
+from scoring.heat import fleet_heat
+from scoring.placement import index_fleet
+from scoring.policy import BalancerPolicy, default_policy
+from scoring.prometheus import WindowStats
+from scoring.series import aggregate_samples, build_snapshot
+from scoring.telemetry import GpuSample, PodRef
+from sim.engine import SimPod, World, gpu_count, recreate
+from sim.scheduler import choose, evaluate
+from webhook.admit import decide
+from webhook.ledger import SteeringLedger
+from webhook.review import decode_review
+
+EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+POLICIES = ("stock", "stock-gpu-scored", "lownodeutilization", "gpu-balancer", "oracle")
+
+
+def sim_time(world: World) -> datetime:
+    return EPOCH + timedelta(seconds=world.now_seconds)
+
+
+class Stock:
+    """The default profile: GPUs filtered on, never scored."""
+
+    name = "stock"
+    score_gpus = False
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def place(self, world: World, pod: SimPod) -> str | None:
+        return choose(evaluate(pod.obj, list(world.nodes.values()), score_gpus=self.score_gpus), self.rng)
+
+    def deschedule(self, world: World) -> None:
+        pass
+
+
+class StockGpuScored(Stock):
+    """NodeResourcesFit also scoring `nvidia.com/gpu` (LeastAllocated): the cheap alternative."""
+
+    name = "stock-gpu-scored"
+    score_gpus = True
+
+
+class LowNodeUtilization(Stock):
+    """Stock placement plus an allocation-based descheduler in the manner of kubernetes-sigs/descheduler's
+    LowNodeUtilization on `nvidia.com/gpu`: it sees requests, not measured load."""
+
+    name = "lownodeutilization"
+    high, low, per_run = 0.9, 0.5, 4
+
+    def deschedule(self, world: World) -> None:
+        gpus = world.scenario.fleet.gpus_per_node
+        share = {n: node.requested["nvidia.com/gpu"] / gpus for n, node in world.nodes.items() if n not in world.down}
+        if not any(v < self.low for v in share.values()):
+            return
+        evicted = 0
+        for name in sorted(share, key=lambda n: -share[n]):
+            if share[name] <= self.high or evicted >= self.per_run:
+                break
+            victims = [p for p in world.pods.values() if p.node == name and p.service is not None]
+            if victims:
+                recreate(world, self.rng.choice(victims))
+                world.evictions += 1
+                evicted += 1
+
+
+class Oracle(Stock):
+    """Full knowledge of true current load: each pod goes to the feasible node that stays coolest."""
+
+    name = "oracle"
+
+    def place(self, world: World, pod: SimPod) -> str | None:
+        verdicts = [v for v in evaluate(pod.obj, list(world.nodes.values())) if v.feasible]
+        if not verdicts:
+            return None
+        gpus = world.scenario.fleet.gpus_per_node
+        load: Counter = Counter()
+        for other in world.pods.values():
+            if other.node is not None:
+                load[other.node] += min(1.0, other.load) * gpu_count(other)
+        if pod.training_job:  # pack a job into the clique its first worker chose, when there is room
+            placed = [p.node for p in world.pods.values() if p.training_job == pod.training_job and p.node]
+            cliques = {world.nodes[n].labels["nvidia.com/gpu.clique"] for n in placed}
+            same = [v for v in verdicts if world.nodes[v.name].labels["nvidia.com/gpu.clique"] in cliques]
+            verdicts = same or verdicts
+        expected = pod.load or self._share(world, pod)
+        return min(verdicts, key=lambda v: ((load[v.name] + expected * gpu_count(pod)) / gpus,
+                                            world.nodes[v.name].requested["nvidia.com/gpu"], v.name)).name
+
+    @staticmethod
+    def _share(world: World, pod: SimPod) -> float:
+        if pod.service is None:
+            return 0.95
+        running = world.running(pod.service)
+        return sum(p.load for p in running) / (len(running) + 1) if running else 0.5
+
+
+class GpuBalancer(Stock):
+    """Stock scheduling of pods mutated by the real webhook decision, plus the real descheduler plan."""
+
+    name = "gpu-balancer"
+
+    def __init__(self, rng: random.Random, policy: BalancerPolicy | None = None) -> None:
+        super().__init__(rng)
+        self.policy = policy or default_policy()
+        self.ledger = SteeringLedger(self.policy.placement.settle_seconds)
+        self.evictions = LedgerState()
+        self._telemetry_tick = -1
+        self._telemetry = None
+
+    def _lag(self, world: World) -> int:
+        return math.ceil(world.scenario.telemetry_lag_seconds / world.scenario.tick_seconds)
+
+    def telemetry(self, world: World):
+        """Snapshot, heat and ranking from what an exporter scraped `lag` seconds ago."""
+        if self._telemetry_tick == world.tick and self._telemetry is not None:
+            return self._telemetry
+        lag = self._lag(world)
+        if len(world.gpu_util) <= lag:
+            return None
+        observed = world.gpu_util[-1 - lag]
+        gpus = world.scenario.fleet.gpus_per_node
+        samples = []
+        for name in observed:
+            for index in range(gpus):
+                util, key = observed[name].get(index, (0.0, None))
+                pod = PodRef(*key.split("/", 1)) if key else None
+                samples.append(GpuSample(node=name, gpu=str(index), util_percent=util,
+                                         fb_used_mib=500 + 600 * util if key else 500.0,
+                                         fb_free_mib=81_000 - (500 + 600 * util if key else 500.0),
+                                         temperature_c=35 + 0.45 * util, power_w=70 + 6 * util, pod=pod))
+        now = sim_time(world)
+        taken = now - timedelta(seconds=lag * world.scenario.tick_seconds)
+        snapshot = build_snapshot(aggregate_samples(samples), taken_at=now, newest_sample_at=taken)
+        fleet = fleet_heat(snapshot, self.policy.heat, now=now,
+                           staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
+        index = index_fleet(fleet)
+        self.ledger.prepare(index)
+        self._telemetry, self._telemetry_tick = (snapshot, fleet, index), world.tick
+        return self._telemetry
+
+    def place(self, world: World, pod: SimPod) -> str | None:
+        telemetry = self.telemetry(world)
+        now = sim_time(world)
+        if "gpu-balancer.io/advice" not in pod.obj["metadata"].get("annotations", {}):
+            review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+                "uid": pod.obj["metadata"]["name"], "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "namespace": pod.obj["metadata"]["namespace"], "operation": "CREATE", "object": pod.obj}}
+            snapshot, _, index = telemetry if telemetry else (None, None, None)
+            decision = decide(decode_review(json.dumps(review).encode()), index=index,
+                              telemetry_time=snapshot.newest_sample_at if snapshot else None,
+                              snapshot_age_seconds=snapshot.age_seconds(now) if snapshot else None,
+                              ledger=self.ledger, policy=self.policy.placement, now=now)
+            patch = decision.review["response"].get("patch")
+            if patch:
+                pod.obj = jsonpatch.apply_patch(pod.obj, json.loads(base64.b64decode(patch)))
+        return super().place(world, pod)
+
+    def deschedule(self, world: World) -> None:
+        telemetry = self.telemetry(world)
+        if telemetry is None:
+            return
+        snapshot, fleet, _ = telemetry
+        d = self.policy.descheduler
+        steps = max(1, int(d.window_seconds / world.scenario.tick_seconds))
+        lag = self._lag(world)
+        history = world.history[max(0, len(world.history) - lag - steps): len(world.history) - lag]
+        window = {}
+        for name in world.nodes:
+            values = sorted(h[name] for h in history if name in h)
+            if values:
+                low = values[min(len(values) - 1, int(d.low_quantile * len(values)))]
+                window[name] = WindowStats(sum(values) / len(values), low, len(values) / steps)
+        objects = [{"kind": "Node", "metadata": {"name": n.name}, "spec": {"unschedulable": n.unschedulable},
+                    "status": {"allocatable": {"nvidia.com/gpu": str(int(n.allocatable["nvidia.com/gpu"]))}}}
+                   for n in world.nodes.values()]
+        objects += [dict(p.obj, kind="Pod") for p in world.pods.values() if p.node is not None]
+        cluster = cluster_from_objects(objects, self.policy.placement)
+        now = sim_time(world)
+        plan = plan_evictions(fleet=fleet, snapshot=snapshot, window=window, cluster=cluster, ledger=self.evictions,
+                              policy=d, now=now)
+        records = []
+        for eviction in plan.evictions:
+            pod = world.pods.get(f"{eviction.namespace}/{eviction.pod}")
+            if pod is not None:
+                recreate(world, pod)
+                world.evictions += 1
+                records.append(EvictionRecord(eviction.workload, eviction.namespace, eviction.pod, eviction.node, now))
+        self.evictions = self.evictions.with_evictions(records, now, d)
+
+
+def make_policy(name: str, seed: int):
+    rng = random.Random(seed * 7 + 3)
+    return {"stock": Stock, "stock-gpu-scored": StockGpuScored, "lownodeutilization": LowNodeUtilization,
+            "gpu-balancer": GpuBalancer, "oracle": Oracle}[name](rng)

@@ -1,0 +1,93 @@
+"""Run a scenario under each policy with the same seed and arrivals, and compute the metrics. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from statistics import fmean, pstdev
+
+from sim.engine import build_world, measure, step_workloads
+from sim.policies import POLICIES, make_policy
+from sim.scenario import Scenario
+
+HOT_UTIL = 80.0
+
+
+@dataclass
+class PolicyResult:
+    metrics: dict[str, float]
+    node_util: list[dict[str, float]] = field(repr=False)
+    """Per tick, per node utilisation (for the heatmap)."""
+    latencies: list[tuple[float, float]] = field(repr=False)
+
+
+def weighted_quantile(samples: list[tuple[float, float]], q: float) -> float:
+    if not samples:
+        return 0.0
+    ordered = sorted(samples)
+    total = sum(w for _, w in ordered)
+    running = 0.0
+    for value, weight in ordered:
+        running += weight
+        if running >= q * total:
+            return value
+    return ordered[-1][0]
+
+
+def run_policy(scenario: Scenario, policy_name: str, seed: int,
+               progress: Callable[[int], None] | None = None) -> PolicyResult:
+    world = build_world(scenario, seed)
+    policy = make_policy(policy_name, seed)
+    ticks = int(scenario.hours * 3600 / scenario.tick_seconds)
+    covs, maxima, hot_ticks, pending = [], [], 0, []
+    latencies: list[tuple[float, float]] = []
+    running_pods = []
+    packed_jobs: dict[str, bool] = {}
+    for tick in range(ticks):
+        world.tick = tick
+        step_workloads(world)
+        for pod in sorted(world.pending(), key=lambda p: (p.created_tick, p.obj["metadata"]["name"])):
+            node = policy.place(world, pod)
+            if node is not None:
+                from sim.engine import bind
+
+                bind(world, pod, node)
+        if tick and tick % scenario.descheduler_every_ticks == 0:
+            policy.deschedule(world)
+        sample = measure(world)
+        utils = list(sample.node_util.values())
+        mean = fmean(utils) if utils else 0.0
+        if mean > 0:
+            covs.append(pstdev(utils) / mean)
+        maxima.append(max(utils, default=0.0))
+        hot_ticks += sum(1 for u in utils if u >= HOT_UTIL)
+        pending.append(sample.pending)
+        latencies.extend(sample.latencies)
+        running_pods.append(sum(1 for p in world.pods.values() if p.node is not None))
+        for job in world.jobs:
+            workers = [p for p in world.pods.values() if p.training_job == job]
+            if job not in packed_jobs and workers and all(p.node for p in workers):
+                cliques = {world.nodes[p.node].labels["nvidia.com/gpu.clique"] for p in workers}
+                packed_jobs[job] = len(cliques) == 1
+        if progress:
+            progress(tick)
+    hours = ticks * scenario.tick_seconds / 3600
+    metrics = {
+        "node_util_cov": fmean(covs) if covs else 0.0,
+        "max_node_util": fmean(maxima) if maxima else 0.0,
+        "hot_node_minutes": hot_ticks * scenario.tick_seconds / 60,
+        "p99_latency_ms": weighted_quantile(latencies, 0.99),
+        "evictions": float(world.evictions),
+        "pending_pods": fmean(pending) if pending else 0.0,
+        "evictions_per_pod_hour_percent": 100 * world.evictions / hours / max(fmean(running_pods), 1.0),
+    }
+    if packed_jobs:
+        metrics["training_jobs_in_one_clique"] = sum(packed_jobs.values()) / len(packed_jobs)
+    return PolicyResult(metrics, world.history, latencies)
+
+
+def compare(scenario: Scenario, seed: int, policies: tuple[str, ...] = POLICIES,
+            progress: Callable[[str, int, int], None] | None = None) -> dict[str, PolicyResult]:
+    ticks = int(scenario.hours * 3600 / scenario.tick_seconds)
+    return {name: run_policy(scenario, name, seed, (lambda t, n=name: progress(n, t, ticks)) if progress else None)
+            for name in policies}

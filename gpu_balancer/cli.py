@@ -207,10 +207,68 @@ def cmd_deschedule(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from sim.report import as_json, as_table, write_report
+    from sim.run import compare
+    from sim.scenario import load_scenario, named
+
+    if bool(args.scenario) == bool(args.scenario_file):
+        raise UsageError("give exactly one of --scenario and --scenario-file")
+    try:
+        scenario = named(args.scenario) if args.scenario else load_scenario(Path(args.scenario_file).read_text())
+    except KeyError as error:
+        raise UsageError(str(error.args[0])) from None
+    except OSError as error:
+        raise UsageError(f"cannot read {args.scenario_file}: {error.strerror}") from None
+    except PolicyError as error:
+        raise UsageError(f"scenario {args.scenario_file}: {error}") from None
+    show = sys.stderr.isatty() and args.output == "table"
+
+    def progress(policy: str, tick: int, ticks: int) -> None:
+        if show and (tick % 20 == 0 or tick == ticks - 1):
+            done = int(30 * (tick + 1) / ticks)
+            print(f"\r{policy:20s} [{'#' * done}{'.' * (30 - done)}] {tick + 1}/{ticks}", end="", file=sys.stderr,
+                  flush=True)
+            if tick == ticks - 1:
+                print(file=sys.stderr)
+
+    results = compare(scenario, args.seed, progress=progress)
+    print(as_json(scenario.name, args.seed, results) if args.output == "json" else as_table(scenario.name, args.seed,
+                                                                                           results))
+    if args.report:
+        for path in write_report(Path(args.report), scenario.name, args.seed, results):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    import json as json_module
+
+    import yaml
+
+    from sim.explain import as_table, explain, nodes_from_list
+
+    policy = load_policy(args.config, args.prometheus_url)
+    try:
+        nodes = nodes_from_list(json_module.loads(Path(args.cluster_file).read_text()))
+        pod = yaml.safe_load(Path(args.pod).read_text())
+    except OSError as error:
+        raise UsageError(f"cannot read {error.filename}: {error.strerror}") from None
+    except (ValueError, yaml.YAMLError) as error:
+        raise UsageError(str(error)) from None
+    if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod":
+        raise UsageError(f"{args.pod}: expected one Pod (YAML or JSON)")
+    snapshot = read_snapshot(connect(policy.prometheus), policy) if args.prometheus_url else None
+    result = explain(pod, nodes, snapshot=snapshot, policy=policy, now=datetime.now(timezone.utc))
+    print(json_module.dumps(result, indent=2) if args.output == "json" else as_table(result))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from gpu_balancer.demo import run_demo
 
-    return run_demo(nodes=args.nodes, gpus=args.gpus, seed=args.seed, colour=_wants_colour(sys.stdout))
+    return run_demo(nodes=args.nodes, gpus=args.gpus, seed=args.seed, colour=_wants_colour(sys.stdout),
+                    report_dir=args.report_dir)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -276,10 +334,28 @@ def build_parser() -> argparse.ArgumentParser:
     desched.add_argument("--output", choices=("table", "json"), default="table")
     desched.set_defaults(handler=cmd_deschedule)
 
-    demo = commands.add_parser("demo", help="fake-dcgm + a local Prometheus + the live heat table")
-    demo.add_argument("--nodes", type=int, default=12)
+    simulate = commands.add_parser("simulate", help="compare placement policies on a simulated GPU cluster")
+    simulate.add_argument("--scenario", help="built-in scenario: skewed-inference, burst, training-mix, node-failure")
+    simulate.add_argument("--scenario-file", help="YAML scenario (see README)")
+    simulate.add_argument("--seed", type=int, default=11)
+    simulate.add_argument("--output", choices=("table", "json"), default="table")
+    simulate.add_argument("--report", help="directory for PNG plots and a Markdown summary")
+    simulate.set_defaults(handler=cmd_simulate)
+
+    explain_cmd = commands.add_parser("explain", help="why would this pod land there? (scheduler model)")
+    explain_cmd.add_argument("--cluster-file", required=True, help="output of `kubectl get nodes,pods -A -o json`")
+    explain_cmd.add_argument("--pod", required=True, help="the pod, YAML or JSON")
+    explain_cmd.add_argument("--prometheus-url", help="with telemetry: also show the placement after the advice")
+    explain_cmd.add_argument("--config", help="BalancerPolicy YAML file")
+    explain_cmd.add_argument("--output", choices=("table", "json"), default="table")
+    explain_cmd.set_defaults(handler=cmd_explain)
+
+    demo = commands.add_parser("demo", help="the whole path on one machine: telemetry, webhook over TLS, "
+                                            "descheduler dry-run, policy comparison")
+    demo.add_argument("--nodes", type=int, default=16)
     demo.add_argument("--gpus", type=int, default=8)
     demo.add_argument("--seed", type=int, default=11)
+    demo.add_argument("--report-dir", default="reports/demo", help="where the comparison report is written")
     demo.set_defaults(handler=cmd_demo)
     return parser
 

@@ -35,6 +35,22 @@ def sim_time(world: World) -> datetime:
     return EPOCH + timedelta(seconds=world.now_seconds)
 
 
+def observed_samples(world: World, lag: int = 0) -> list[GpuSample]:
+    """Per-GPU readings as an exporter reported them `lag` ticks ago (pods mapped to their GPUs)."""
+    observed = world.gpu_util[-1 - lag]
+    samples = []
+    for name in observed:
+        for index in range(world.scenario.fleet.gpus_per_node):
+            util, key = observed[name].get(index, (0.0, None))
+            used = 500 + 600 * util if key else 500.0
+            samples.append(GpuSample(node=name, gpu=str(index), uuid=f"GPU-{name}-{index}",
+                                     model="NVIDIA H100 80GB HBM3", pci_bus_id=f"00000000:{0x18 + index:02X}:00.0",
+                                     util_percent=util, fb_used_mib=used, fb_free_mib=81_000 - used,
+                                     temperature_c=35 + 0.45 * util, power_w=70 + 6 * util,
+                                     pod=PodRef(*key.split("/", 1)) if key else None))
+    return samples
+
+
 class Stock:
     """The default profile: GPUs filtered on, never scored."""
 
@@ -135,17 +151,7 @@ class GpuBalancer(Stock):
         lag = self._lag(world)
         if len(world.gpu_util) <= lag:
             return None
-        observed = world.gpu_util[-1 - lag]
-        gpus = world.scenario.fleet.gpus_per_node
-        samples = []
-        for name in observed:
-            for index in range(gpus):
-                util, key = observed[name].get(index, (0.0, None))
-                pod = PodRef(*key.split("/", 1)) if key else None
-                samples.append(GpuSample(node=name, gpu=str(index), util_percent=util,
-                                         fb_used_mib=500 + 600 * util if key else 500.0,
-                                         fb_free_mib=81_000 - (500 + 600 * util if key else 500.0),
-                                         temperature_c=35 + 0.45 * util, power_w=70 + 6 * util, pod=pod))
+        samples = observed_samples(world, lag)
         now = sim_time(world)
         taken = now - timedelta(seconds=lag * world.scenario.tick_seconds)
         snapshot = build_snapshot(aggregate_samples(samples), taken_at=now, newest_sample_at=taken)

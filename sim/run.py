@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import fmean, pstdev
 
-from sim.engine import build_world, measure, step_workloads
+from sim.engine import bind, build_world, gpu_count, measure, step_workloads
 from sim.policies import POLICIES, make_policy
 from sim.scenario import Scenario
 
@@ -43,14 +43,16 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
     latencies: list[tuple[float, float]] = []
     running_pods = []
     packed_jobs: dict[str, bool] = {}
+    roomy_jobs: set[str] = set()
     for tick in range(ticks):
         world.tick = tick
         step_workloads(world)
+        for job in world.jobs:
+            if job not in packed_jobs and job not in roomy_jobs and _clique_has_room(world, job):
+                roomy_jobs.add(job)
         for pod in sorted(world.pending(), key=lambda p: (p.created_tick, p.obj["metadata"]["name"])):
             node = policy.place(world, pod)
             if node is not None:
-                from sim.engine import bind
-
                 bind(world, pod, node)
         if tick and tick % scenario.descheduler_every_ticks == 0:
             policy.deschedule(world)
@@ -81,9 +83,26 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
         "pending_pods": fmean(pending) if pending else 0.0,
         "evictions_per_pod_hour_percent": 100 * world.evictions / hours / max(fmean(running_pods), 1.0),
     }
-    if packed_jobs:
-        metrics["training_jobs_in_one_clique"] = sum(packed_jobs.values()) / len(packed_jobs)
+    judged = [job for job in packed_jobs if job in roomy_jobs]
+    if judged:
+        # Only jobs for which one clique had room for every worker when they arrived count.
+        metrics["training_jobs_in_one_clique"] = sum(packed_jobs[j] for j in judged) / len(judged)
     return PolicyResult(metrics, world.history, latencies)
+
+
+def _clique_has_room(world, job: str) -> bool:
+    workers = [p for p in world.pods.values() if p.training_job == job]
+    if not workers or any(p.node for p in workers):
+        return False
+    per_worker = gpu_count(workers[0])
+    room: dict[str, int] = {}
+    for node in world.nodes.values():
+        if node.unschedulable:
+            continue
+        free = node.allocatable.get("nvidia.com/gpu", 0) - node.requested["nvidia.com/gpu"]
+        clique = node.labels.get("nvidia.com/gpu.clique", "")
+        room[clique] = room.get(clique, 0) + int(free // per_worker)
+    return any(slots >= len(workers) for slots in room.values())
 
 
 def compare(scenario: Scenario, seed: int, policies: tuple[str, ...] = POLICIES,

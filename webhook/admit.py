@@ -6,14 +6,14 @@ metrics and logs; the response always allows the pod.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from scoring.placement import NO_ADVICE, PlacementIndex, advise
 from scoring.policy import PlacementPolicy
 from webhook.ledger import SteeringLedger
 from webhook.mutate import mutate_pod
-from scoring.workloads import BadQuantity, gpu_request
+from scoring.workloads import BadQuantity, gpu_request, training_group
 from webhook.pods import exemption
 from webhook.review import AdmissionRequest, AdmissionReviewOut, build_response
 
@@ -53,6 +53,11 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
 
     if index is None or index.stale:
         advice = NO_ADVICE
+    elif training_group(pod, policy):
+        # Per-node preferences would scatter a distributed job: it packs by pod affinity instead,
+        # keeping only the avoidance of hot and unhealthy nodes.
+        advice = replace(advise(index, gpus_requested=needs.whole_gpus, pending_gpus={}, policy=policy),
+                         preferred=(), reason="distributed job: packed by pod affinity, no per-node preference")
     else:
         ranked, promised = ledger.top(index, telemetry_time, need=max(1, needs.whole_gpus),
                                       k=policy.max_preferred_nodes)

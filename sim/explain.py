@@ -1,0 +1,82 @@
+"""`gpu-balancer explain`: why would this pod land there? The scheduler model on a cluster snapshot,
+before and after the webhook's advice. Pure (the caller reads the files and the telemetry)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from datetime import datetime
+from typing import Any
+
+import jsonpatch
+
+from scoring.heat import fleet_heat
+from scoring.placement import index_fleet
+from scoring.policy import BalancerPolicy
+from scoring.telemetry import ClusterSnapshot
+from sim.scheduler import NodeState, NodeVerdict, evaluate
+from webhook.admit import decide
+from webhook.ledger import SteeringLedger
+from webhook.review import decode_review
+
+
+def nodes_from_list(document: Any) -> list[NodeState]:
+    """NodeStates with their bound pods, from `kubectl get nodes,pods -A -o json`."""
+    if not isinstance(document, dict) or not isinstance(document.get("items"), list):
+        raise ValueError("expected the JSON of `kubectl get nodes,pods -A -o json` (a List with items)")
+    nodes = {n.name: n for n in (NodeState.from_object(o) for o in document["items"]
+                                 if isinstance(o, dict) and o.get("kind") == "Node")}
+    for obj in document["items"]:
+        if isinstance(obj, dict) and obj.get("kind") == "Pod":
+            node = nodes.get(str(obj.get("spec", {}).get("nodeName", "")))
+            if node is not None and obj.get("status", {}).get("phase") in ("Pending", "Running", None):
+                node.bind(obj)
+    return list(nodes.values())
+
+
+def _shape(verdicts: list[NodeVerdict]) -> dict:
+    feasible = [v for v in verdicts if v.feasible]
+    best = max((v.total for v in feasible), default=None)
+    return {"nodes": [{"name": v.name, "feasible": v.feasible, "failed_filter": v.failed_filter,
+                       "scores": {k: round(s, 1) for k, s in v.scores.items()}, "total": round(v.total, 1)}
+                      for v in sorted(verdicts, key=lambda v: (-v.total, v.name))],
+            "chosen": sorted(v.name for v in feasible if best is not None and v.total >= best - 1e-9)}
+
+
+def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | None, policy: BalancerPolicy,
+            now: datetime) -> dict:
+    """Per node: feasibility, the failed filter, each plugin's score and the total; the top node(s).
+    With a snapshot, the same after the webhook's advice (`advised`), and the advice itself."""
+    result = _shape(evaluate(pod, nodes))
+    if snapshot is None:
+        return result
+    fleet = fleet_heat(snapshot, policy.heat, now=now, staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "explain", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+        "namespace": pod.get("metadata", {}).get("namespace", "default"), "object": pod}}
+    decision = decide(decode_review(json.dumps(review).encode()), index=None if fleet.stale else index_fleet(fleet),
+                      telemetry_time=snapshot.newest_sample_at, snapshot_age_seconds=snapshot.age_seconds(now),
+                      ledger=SteeringLedger(policy.placement.settle_seconds), policy=policy.placement, now=now)
+    patch = decision.review["response"].get("patch")
+    advised = jsonpatch.apply_patch(copy.deepcopy(pod), json.loads(base64.b64decode(patch))) if patch else pod
+    result["advised"] = _shape(evaluate(advised, nodes))
+    result["advice"] = decision.detail or decision.reason
+    return result
+
+
+def as_table(result: dict) -> str:
+    def block(title: str, shape: dict) -> list[str]:
+        lines = [title, f"{'NODE':24s} {'FEASIBLE':9s} {'TOTAL':>7s}  SCORES / FAILED FILTER"]
+        for n in shape["nodes"]:
+            detail = ", ".join(f"{k} {v:.0f}" for k, v in n["scores"].items()) if n["feasible"] else n["failed_filter"]
+            lines.append(f"{n['name']:24s} {'yes' if n['feasible'] else 'no':9s} {n['total']:7.1f}  {detail}")
+        lines.append(f"chosen: {', '.join(shape['chosen']) or 'none (the pod stays Pending)'}")
+        return lines
+
+    lines = block("stock scheduler:", result)
+    if "advised" in result:
+        lines += ["", f"after gpu-balancer's advice ({result['advice']}):", *block("", result["advised"])[1:]]
+    return "\n".join(lines)
+
+

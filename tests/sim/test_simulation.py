@@ -1,0 +1,89 @@
+"""The simulator end to end: determinism, the real webhook in the loop, the CLI and its report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from sim.engine import bind, build_world, measure, step_workloads
+from sim.policies import POLICIES, make_policy
+from sim.run import compare, run_policy, weighted_quantile
+from sim.scenario import BUILT_IN, FleetShape, InferenceShape, load_scenario, named
+
+SMALL = replace(named("skewed-inference"), hours=0.5, fleet=FleetShape(nodes=8),
+                inference=InferenceShape(services=8, mean_demand_fraction=0.35))
+
+
+def test_the_same_seed_gives_the_same_run():
+    assert run_policy(SMALL, "stock", 5).metrics == run_policy(SMALL, "stock", 5).metrics
+
+
+def test_every_policy_reports_every_metric():
+    results = compare(SMALL, 3)
+    assert list(results) == list(POLICIES)
+    for result in results.values():
+        assert {"node_util_cov", "max_node_util", "hot_node_minutes", "p99_latency_ms", "evictions",
+                "pending_pods"} <= set(result.metrics)
+        assert result.metrics["p99_latency_ms"] > 0
+
+
+def test_gpu_balancer_pods_go_through_the_production_webhook():
+    world = build_world(SMALL, 2)
+    policy = make_policy("gpu-balancer", 2)
+    advised = 0
+    for tick in range(30):
+        world.tick = tick
+        step_workloads(world)
+        for pod in world.pending():
+            node = policy.place(world, pod)
+            advised += "gpu-balancer.io/advice" in pod.obj["metadata"].get("annotations", {})
+            if node:
+                bind(world, pod, node)
+        measure(world)
+    assert advised > 0
+    later = [p for p in world.pods.values() if p.created_tick > 5]
+    assert any("preferred" in p.obj["metadata"]["annotations"].get("gpu-balancer.io/advice", "") for p in later)
+
+
+def test_weighted_quantile_weights_requests():
+    assert weighted_quantile([(10, 1), (1000, 1)], 0.5) == 10
+    assert weighted_quantile([(10, 1), (1000, 99)], 0.5) == 1000
+
+
+def test_built_in_scenarios_exist_and_scenario_files_are_validated():
+    assert set(BUILT_IN) == {"skewed-inference", "burst", "training-mix", "node-failure"}
+    scenario = load_scenario("name: mine\nhours: 1\nfleet: {nodes: 12, gpusPerNode: 4}\ninference: {services: 6}\n")
+    assert (scenario.fleet.nodes, scenario.fleet.gpus_per_node, scenario.inference.services) == (12, 4, 6)
+    from scoring.policy import PolicyError
+
+    with pytest.raises(PolicyError, match="fleet.nodes"):
+        load_scenario("fleet: {nodes: 0}")
+    with pytest.raises(PolicyError, match="fleet.gpuz"):
+        load_scenario("fleet: {gpuz: 1}")
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "gpu_balancer", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_simulate_prints_json_and_writes_a_report(tmp_path):
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("name: tiny\nhours: 0.25\nfleet: {nodes: 6}\ninference: {services: 6, meanDemandFraction: 0.3}\n")
+    result = cli("simulate", "--scenario-file", str(scenario), "--seed", "4", "--output", "json",
+                 "--report", str(tmp_path / "report"))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["scenario"] == "tiny" and report["seed"] == 4
+    assert set(report["results"]) == set(POLICIES)
+    assert {p.name for p in (tmp_path / "report").iterdir()} == {"summary.md", "node-utilisation.png",
+                                                                 "latency-cdf.png"}
+    assert "gpu-balancer" in (tmp_path / "report" / "summary.md").read_text()
+
+
+def test_simulate_refuses_an_unknown_scenario():
+    result = cli("simulate", "--scenario", "nope")
+    assert result.returncode == 2 and "unknown scenario" in result.stderr

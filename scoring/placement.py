@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scoring.heat import FleetHeat, NodeHeat, Tier
 from scoring.policy import PlacementPolicy
@@ -43,6 +43,8 @@ class NodeAdvice:
     hard: bool
     reason: str
     """One line on why the advice is what it is (for the pod's annotation and the logs)."""
+    domain: tuple[str, str] | None = None
+    """For a distributed job: the (topology label, value) chosen for it."""
 
 
 NO_ADVICE = NodeAdvice((), (), False, "no telemetry")
@@ -76,13 +78,46 @@ class PlacementIndex:
     avoided: tuple[NodeAvoidance, ...]
     total_free: int
     stale: bool
+    topology: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    """Node → (topology label, value), tightest domain first, where telemetry knows them."""
 
 
-def index_fleet(fleet: FleetHeat) -> PlacementIndex:
+def index_fleet(fleet: FleetHeat, topology: Mapping[str, tuple[tuple[str, str], ...]] | None = None
+                ) -> PlacementIndex:
     ranked = [(base, node.gpus_free, node.name) for node in fleet.nodes if (base := base_headroom(node)) > 0]
     ranked.sort(key=lambda entry: (-entry[0], -entry[1], entry[2]))
     avoided = tuple(NodeAvoidance(n.name, str(n.tier)) for n in fleet.nodes if n.tier >= Tier.HOT)
-    return PlacementIndex(tuple(ranked), avoided, sum(free for _, free, _ in ranked), fleet.stale)
+    return PlacementIndex(tuple(ranked), avoided, sum(free for _, free, _ in ranked), fleet.stale, dict(topology or {}))
+
+
+def advise_group(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Mapping[str, int],
+                 policy: PlacementPolicy, chosen_before: tuple[str, str] | None = None) -> NodeAdvice:
+    """For a member of a distributed job: prefer the nodes of the one domain (NVLink clique, else
+    network block, else zone) with the most free GPUs not yet promised, so that the job's pod
+    affinity finds room to pack; the domain `chosen_before` for the same job is kept while it
+    still has room, so the workers of a burst do not split. No domain known: no per-node
+    preference at all."""
+    if index.stale:
+        return NO_ADVICE
+    need = max(1, gpus_requested)
+    room: dict[tuple[str, str], int] = {}
+    members: dict[tuple[str, str], list[tuple[float, int, str]]] = {}
+    for base, free, name in index.ranked:
+        unpromised = free - pending_gpus.get(name, 0)
+        labels = index.topology.get(name, ())
+        if unpromised < need or not labels:
+            continue
+        domain = labels[0]  # the tightest domain this node's labels name
+        room[domain] = room.get(domain, 0) + unpromised // need * need
+        members.setdefault(domain, []).append((headroom(base, free, pending_gpus.get(name, 0)), unpromised, name))
+    plain = advise(index, gpus_requested=gpus_requested, pending_gpus=pending_gpus, policy=policy)
+    if not room:
+        return NodeAdvice((), plain.avoided, plain.hard, "distributed job: no topology known, packed by pod affinity")
+    domain = chosen_before if chosen_before in room else max(room, key=lambda d: (room[d], d))
+    best = sorted(members[domain], reverse=True)[:policy.max_preferred_nodes]
+    preferred = tuple(NodePreference(name, max(1, round(100 * score / best[0][0]))) for score, _, name in best)
+    return NodeAdvice(preferred, plain.avoided, plain.hard,
+                      f"distributed job: {domain[0]}={domain[1]} has room ({room[domain]} GPUs)", domain)
 
 
 Candidate = tuple[float, int, str]

@@ -20,7 +20,7 @@ from urllib3.util.retry import Retry
 
 from scoring import dcgm
 from scoring.policy import BalancerPolicy, PrometheusConnection
-from scoring.series import SUMMED, Series, build_snapshot, detect_node_label
+from scoring.series import SUMMED, Series, build_snapshot, detect_node_label, ksm_label_name
 from scoring.telemetry import ClusterSnapshot
 
 
@@ -54,7 +54,8 @@ def selector(metric: str, matchers: str, *extra: str) -> str:
     return f"{metric}{{{', '.join(parts)}}}"
 
 
-def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_metrics: bool) -> dict[str, str]:
+def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_metrics: bool,
+                     topology_keys: Sequence[str] = ()) -> dict[str, str]:
     """Every instant query a snapshot needs, by the row-set name `scoring.series` reads.
 
     Each DCGM gauge is scanned once: Prometheus aggregates per node where the figure is a sum or a
@@ -84,6 +85,9 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_me
                           f"max by (namespace, pod) ({phase}))"),
         "ksm_allocatable": f"max by (node) ({allocatable})",
     }
+    if topology_keys:
+        labels = ", ".join(ksm_label_name(key) for key in topology_keys)
+        queries["node_labels"] = f"max by (node, {labels}) ({selector('kube_node_labels', matchers)})"
     if use_profiling_metrics:
         queries["gpu_engine_active"] = f"max by ({per_gpu}) ({selector(dcgm.GR_ENGINE_ACTIVE, matchers)})"
     return queries
@@ -129,14 +133,21 @@ def _series(result: Sequence[dict]) -> list[Series]:
 
 
 
+def topology_keys(policy: BalancerPolicy) -> tuple[str, ...]:
+    """The packing domains, tightest first: NVLink clique, network block, zone."""
+    placement = policy.placement
+    return (placement.interconnect_label, placement.network_block_label, "topology.kubernetes.io/zone")
+
+
 def read_snapshot(query: QueryFn, policy: BalancerPolicy, *,
                   now: Callable[[], datetime] | None = None) -> ClusterSnapshot:
     """Run the snapshot queries and build a `ClusterSnapshot`."""
     clock = now or (lambda: datetime.now(timezone.utc))
     taken_at = clock()
+    keys = topology_keys(policy)
     queries = snapshot_queries(policy.prometheus.selector_matchers,
                                lookback_seconds=policy.telemetry.vanish_lookback_seconds,
-                               use_profiling_metrics=policy.telemetry.use_profiling_metrics)
+                               use_profiling_metrics=policy.telemetry.use_profiling_metrics, topology_keys=keys)
     # All queries at once: a refresh then costs one round trip, and a silent Prometheus one timeout.
     pool = ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="promql")
     try:
@@ -151,6 +162,8 @@ def read_snapshot(query: QueryFn, policy: BalancerPolicy, *,
         gpus_seen_recently=answers.pop("seen_recently"),
         allocatable_gpus=answers.pop("ksm_allocatable"),
         allocated_gpus=answers.pop("ksm_allocated"),
+        node_labels=answers.pop("node_labels", ()),
+        topology_keys=keys,
         newest_sample_at=datetime.fromtimestamp(newest[0].value, tz=timezone.utc) if newest else None,
     )
 

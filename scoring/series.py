@@ -9,6 +9,7 @@ workload rather than the exporter's own pod.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -97,6 +98,8 @@ def build_snapshot(
     gpus_seen_recently: Sequence[Series] = (),
     allocatable_gpus: Sequence[Series] = (),
     allocated_gpus: Sequence[Series] = (),
+    node_labels: Sequence[Series] = (),
+    topology_keys: Sequence[str] = (),
     newest_sample_at: datetime | None = None,
 ) -> ClusterSnapshot:
     """Assemble per-node rows into `NodeTelemetry`.
@@ -159,6 +162,7 @@ def build_snapshot(
     seen = _sum_by(gpus_seen_recently, label)
     allocatable = _sum_by(allocatable_gpus, "node")
     allocated = _sum_by(allocated_gpus, "node")
+    topology = _topology(node_labels, topology_keys)
     nodes = []
     for name in sorted(gpus):
         util_sum, util_count, util_max = util.get(name, (0.0, 0, 0.0))
@@ -178,10 +182,27 @@ def build_snapshot(
             gpus_seen_recently=max(seen.get(name, 0), gpus[name]),
             allocatable_gpus=allocatable.get(name),
             allocated_gpus=allocated.get(name),
+            topology=topology.get(name, ()),
         ))
     vanished = tuple(sorted(name for name, count in seen.items() if count > 0 and name not in gpus))
     return ClusterSnapshot(taken_at=taken_at, nodes=tuple(nodes), node_label=label, vanished_nodes=vanished,
                            newest_sample_at=newest_sample_at)
+
+
+def ksm_label_name(key: str) -> str:
+    """How kube-state-metrics names a node label in `kube_node_labels`: `label_` + sanitised key."""
+    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def _topology(rows: Sequence[Series], keys: Sequence[str]) -> dict[str, tuple[tuple[str, str], ...]]:
+    names = {ksm_label_name(key): key for key in keys}
+    found: dict[str, dict[str, str]] = defaultdict(dict)
+    for row in rows:
+        node = row.labels.get("node", "")
+        for name, key in names.items():
+            if node and row.labels.get(name):
+                found[node][key] = row.labels[name]
+    return {node: tuple((k, v[k]) for k in keys if k in v) for node, v in found.items()}
 
 
 def _sum_by(rows: Sequence[Series], label: str) -> dict[str, int]:

@@ -85,6 +85,9 @@ class NodeTelemetry:
     """From `kube_node_status_allocatable`, when kube-state-metrics is scraped."""
     allocated_gpus: int | None = None
     """From `kube_pod_container_resource_requests`, when kube-state-metrics is scraped."""
+    topology: tuple[tuple[str, str], ...] = ()
+    """(node label, value) for the topology labels kube-state-metrics exports via `kube_node_labels`
+    (NVLink clique, network block, zone), when it is configured to."""
 
     @property
     def util_mean(self) -> float:

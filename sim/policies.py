@@ -18,8 +18,8 @@ from descheduler.plan import plan_evictions
 from scoring.heat import fleet_heat
 from scoring.placement import index_fleet
 from scoring.policy import BalancerPolicy, default_policy
-from scoring.prometheus import WindowStats
-from scoring.series import aggregate_samples, build_snapshot
+from scoring.prometheus import WindowStats, topology_keys
+from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
 from scoring.telemetry import GpuSample, PodRef
 from sim.engine import SimPod, World, gpu_count, recreate
 from sim.scheduler import choose, evaluate
@@ -154,10 +154,15 @@ class GpuBalancer(Stock):
         samples = observed_samples(world, lag)
         now = sim_time(world)
         taken = now - timedelta(seconds=lag * world.scenario.tick_seconds)
-        snapshot = build_snapshot(aggregate_samples(samples), taken_at=now, newest_sample_at=taken)
+        keys = topology_keys(self.policy)
+        # kube-state-metrics' kube_node_labels, as a cluster exporting the topology labels shows them.
+        node_labels = [Series({"node": n.name, **{ksm_label_name(k): n.labels[k] for k in keys if k in n.labels}}, 1.0)
+                       for n in world.nodes.values()]
+        snapshot = build_snapshot(aggregate_samples(samples), taken_at=now, newest_sample_at=taken,
+                                  node_labels=node_labels, topology_keys=keys)
         fleet = fleet_heat(snapshot, self.policy.heat, now=now,
                            staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
-        index = index_fleet(fleet)
+        index = index_fleet(fleet, {n.name: n.topology for n in snapshot.nodes if n.topology})
         self.ledger.prepare(index)
         self._telemetry, self._telemetry_tick = (snapshot, fleet, index), world.tick
         return self._telemetry

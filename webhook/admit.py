@@ -6,10 +6,10 @@ metrics and logs; the response always allows the pod.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
-from scoring.placement import NO_ADVICE, PlacementIndex, advise
+from scoring.placement import NO_ADVICE, PlacementIndex, advise, advise_group
 from scoring.policy import PlacementPolicy
 from webhook.ledger import SteeringLedger
 from webhook.mutate import mutate_pod
@@ -53,11 +53,13 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
 
     if index is None or index.stale:
         advice = NO_ADVICE
-    elif training_group(pod, policy):
-        # Per-node preferences would scatter a distributed job: it packs by pod affinity instead,
-        # keeping only the avoidance of hot and unhealthy nodes.
-        advice = replace(advise(index, gpus_requested=needs.whole_gpus, pending_gpus={}, policy=policy),
-                         preferred=(), reason="distributed job: packed by pod affinity, no per-node preference")
+    elif group := training_group(pod, policy):
+        # Ordinary per-node preferences would scatter a distributed job: prefer one domain instead.
+        group_key = f"{request.namespace}/{group[0]}={group[1]}"
+        advice = advise_group(index, gpus_requested=needs.whole_gpus, pending_gpus=ledger.pending(telemetry_time),
+                              policy=policy, chosen_before=ledger.group_domain(group_key, telemetry_time))
+        if advice.domain is not None and not request.dry_run:
+            ledger.remember_group(group_key, advice.domain, now)
     else:
         ranked, promised = ledger.top(index, telemetry_time, need=max(1, needs.whole_gpus),
                                       k=policy.max_preferred_nodes)

@@ -61,7 +61,8 @@ class SnapshotCache:
             return
         fleet = fleet_heat(snapshot, self._policy.heat, now=self._clock(),
                            staleness_limit_seconds=self._policy.telemetry.staleness_limit_seconds)
-        telemetry = Telemetry(snapshot, fleet, index_fleet(fleet))
+        telemetry = Telemetry(snapshot, fleet, index_fleet(fleet, {n.name: n.topology for n in snapshot.nodes
+                                                                   if n.topology}))
         for listener in self.on_refresh:
             listener(telemetry)
         self._current = telemetry

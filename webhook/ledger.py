@@ -29,6 +29,7 @@ class SteeringLedger:
         self._index: PlacementIndex | None = None
         self._nodes: dict[str, tuple[float, int, int]] = {}  # name: (base, free, position in ranking)
         self._heap: list[tuple[float, int, int, str]] = []  # (-score, -unpromised, position, name)
+        self._groups: dict[str, tuple[tuple[str, str], datetime]] = {}
 
     def record(self, node: str, gpus: int, at: datetime) -> None:
         with self._lock:
@@ -42,6 +43,21 @@ class SteeringLedger:
         with self._lock:
             self._expire(telemetry_time)
             return dict(self._pending)
+
+    def group_domain(self, group: str, telemetry_time: datetime | None) -> tuple[str, str] | None:
+        """The domain chosen for a distributed job's earlier workers, until telemetry can show them."""
+        with self._lock:
+            entry = self._groups.get(group)
+            if entry is None:
+                return None
+            if telemetry_time is not None and entry[1] + self._settle <= telemetry_time:
+                del self._groups[group]
+                return None
+            return entry[0]
+
+    def remember_group(self, group: str, domain: tuple[str, str], at: datetime) -> None:
+        with self._lock:
+            self._groups[group] = (domain, at)
 
     def prepare(self, index: PlacementIndex) -> None:
         """Rank a new snapshot's nodes now (O(n log n)), so the next admission does not have to."""

@@ -128,3 +128,26 @@ def test_the_ledgers_incremental_ranking_equals_a_fresh_ranking(nodes, steps, ne
         pending = ledger.pending(clock)
         assert incremental == rank(index, need=need, pending_gpus=pending, k=k)
         assert promised == sum(pending.values())
+
+
+def test_a_distributed_job_is_steered_to_the_domain_with_the_most_room_and_stays_there():
+    from scoring.placement import advise_group
+
+    nodes = [node("a1", allocated=6), node("a2", allocated=6), node("b1", allocated=0), node("b2", allocated=4),
+             node("c1", allocated=0)]
+    topology = {"a1": (("clique", "A"),), "a2": (("clique", "A"),), "b1": (("clique", "B"),),
+                "b2": (("clique", "B"),)}  # c1's labels are unknown: it cannot anchor a job
+    index = index_fleet(fleet(*nodes), topology)
+    first = advise_group(index, gpus_requested=4, pending_gpus={}, policy=POLICY)
+    assert first.domain == ("clique", "B") and {p.node for p in first.preferred} == {"b1", "b2"}
+    # Once B is promised, A would look roomier, but the job keeps the domain it started in.
+    sticky = advise_group(index, gpus_requested=2, pending_gpus={"b1": 4}, policy=POLICY, chosen_before=("clique", "B"))
+    assert sticky.domain == ("clique", "B")
+    assert advise_group(index_fleet(fleet(*nodes)), gpus_requested=4, pending_gpus={}, policy=POLICY).preferred == ()
+
+
+def test_the_ledger_remembers_a_jobs_domain_until_telemetry_can_show_it():
+    ledger = SteeringLedger(settle_seconds=30)
+    ledger.remember_group("ns/job=x", ("clique", "B"), NOW)
+    assert ledger.group_domain("ns/job=x", NOW + timedelta(seconds=10)) == ("clique", "B")
+    assert ledger.group_domain("ns/job=x", NOW + timedelta(seconds=31)) is None

@@ -109,6 +109,8 @@ kube_node_status_allocatable{node="gpu-node-05",resource="nvidia_com_gpu",unit="
 # TYPE kube_pod_container_resource_requests gauge
 kube_pod_container_resource_requests{namespace="ml",pod="big",uid="u1",container="a",node="gpu-node-05",resource="nvidia_com_gpu",unit="integer"} 3
 kube_pod_container_resource_requests{namespace="ml",pod="done",uid="u2",container="a",node="gpu-node-05",resource="nvidia_com_gpu",unit="integer"} 1
+# TYPE kube_node_labels gauge
+kube_node_labels{node="gpu-node-05",label_nvidia_com_gpu_clique="cluster-a.3",label_topology_kubernetes_io_zone="z1"} 1
 # TYPE kube_pod_status_phase gauge
 kube_pod_status_phase{namespace="ml",pod="big",uid="u1",phase="Running"} 1
 kube_pod_status_phase{namespace="ml",pod="big",uid="u1",phase="Succeeded"} 0
@@ -124,6 +126,7 @@ def test_kube_state_metrics_allocation_is_preferred_when_scraped(fake_dcgm, prom
         prom = prometheus(fake_dcgm(SPEC), f"127.0.0.1:{ksm.server_port}")
         prom.wait_for(dcgm.FB_USED, at_least=24)
         prom.wait_for("kube_pod_status_phase", at_least=4)
+        prom.wait_for("kube_node_labels")
         snapshot, fleet = heat_from(prom.url)
     finally:
         ksm.shutdown()
@@ -131,6 +134,8 @@ def test_kube_state_metrics_allocation_is_preferred_when_scraped(fake_dcgm, prom
     assert snapshot.by_name["gpu-node-05"].allocated_gpus == 3, "the finished pod's request is not counted"
     assert by_name["gpu-node-05"].gpus_free == 1
     assert snapshot.by_name["gpu-node-00"].allocated_gpus is None
+    assert snapshot.by_name["gpu-node-05"].topology == (("nvidia.com/gpu.clique", "cluster-a.3"),
+                                                       ("topology.kubernetes.io/zone", "z1"))
 
 
 def test_an_unreachable_prometheus_is_a_typed_error_naming_the_url():

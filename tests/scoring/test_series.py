@@ -126,3 +126,14 @@ def test_series_without_a_node_label_are_reported_not_guessed():
 def test_gpus_are_ordered_numerically():
     readings = {dcgm.GPU_UTIL: [Series({"Hostname": "n", "gpu": str(i)}, 1.0) for i in (10, 2, 1)]}
     assert [g.gpu for g in gpu_samples(readings)] == ["1", "2", "10"]
+
+
+def test_topology_labels_come_from_kube_state_metrics_node_labels():
+    from scoring.series import ksm_label_name
+
+    assert ksm_label_name("nvidia.com/gpu.clique") == "label_nvidia_com_gpu_clique"
+    rows = aggregate_samples([GpuSample(node="n1", gpu="0", util_percent=1.0)])
+    labels = [Series({"node": "n1", "label_nvidia_com_gpu_clique": "c.1", "label_topology_kubernetes_io_zone": "z"}, 1)]
+    (n1,) = build_snapshot(rows, taken_at=NOW, node_labels=labels,
+                           topology_keys=("nvidia.com/gpu.clique", "topology.kubernetes.io/zone")).nodes
+    assert n1.topology == (("nvidia.com/gpu.clique", "c.1"), ("topology.kubernetes.io/zone", "z"))

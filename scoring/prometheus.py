@@ -77,7 +77,8 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_me
         "gpu_util": f"max by ({per_gpu}) ({selector(dcgm.GPU_UTIL, matchers)})",
         "sums": f"sum by (__name__, {_NODE}) ({summed})",
         "temperature_max": f"max by ({_NODE}) ({selector(dcgm.GPU_TEMP, matchers)})",
-        "xids": f"max by ({_NODE}, gpu) ({selector(dcgm.XID_ERRORS, matchers)}) > 0",
+        # Filter before grouping: only GPUs with an XID are hashed into groups.
+        "xids": f"max by ({_NODE}, gpu) ({selector(dcgm.XID_ERRORS, matchers)} > 0)",
         "seen_recently": (f"count by ({_NODE}) (count by ({_NODE}, gpu, GPU_I_ID) "
                           f"(last_over_time({used}[{int(lookback_seconds)}s])))"),
         "newest_sample": f"max(timestamp({gpu_zero}))",
@@ -89,7 +90,12 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_me
         labels = ", ".join(ksm_label_name(key) for key in topology_keys)
         queries["node_labels"] = f"max by (node, {labels}) ({selector('kube_node_labels', matchers)})"
     if use_profiling_metrics:
-        queries["gpu_engine_active"] = f"max by ({per_gpu}) ({selector(dcgm.GR_ENGINE_ACTIVE, matchers)})"
+        engine = selector(dcgm.GR_ENGINE_ACTIVE, matchers)
+        queries["gpu_engine_active"] = f"max by ({per_gpu}) ({engine})"
+        # GPU_UTIL only where a GPU has no GR_ENGINE_ACTIVE: in a profiling fleet that is no rows
+        # instead of one per GPU, which costs less to decode than the `unless` costs to evaluate.
+        queries["gpu_util"] = (f"max by ({per_gpu}) ({selector(dcgm.GPU_UTIL, matchers)} "
+                               f"unless on ({_NODE}, gpu, GPU_I_ID) {engine})")
     return queries
 
 

@@ -116,7 +116,7 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
             else:
                 candidates.append((pod, _contribution(snapshot, pod)))
 
-        def rank(item: tuple[PodInfo, float]) -> tuple:
+        def rank(item: tuple[PodInfo, float], excess: float = excess) -> tuple:
             pod, share = item
             covers = share >= excess
             # Smallest pod that alone brings the node below the threshold; else the biggest.

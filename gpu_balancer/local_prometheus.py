@@ -44,6 +44,7 @@ class LocalPrometheus:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     _workdir: tempfile.TemporaryDirectory | None = None
+    _log: object | None = None
 
     @property
     def url(self) -> str:
@@ -64,11 +65,12 @@ class LocalPrometheus:
             }],
         }
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        self._log = open(workdir / "prometheus.log", "wb")  # noqa: SIM115 - lives as long as the process
         self.process = subprocess.Popen(
             [binary, f"--config.file={workdir / 'prometheus.yml'}",
              f"--storage.tsdb.path={self.storage or workdir / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=open(workdir / "prometheus.log", "wb"),
+            stdout=subprocess.DEVNULL, stderr=self._log,
         )
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
@@ -103,6 +105,9 @@ class LocalPrometheus:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None

@@ -63,7 +63,6 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
 
     app = FastAPI(title="gpu-balancer webhook", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
-    @app.post("/mutate")
     async def mutate(request: Request) -> Response:
         started = time.perf_counter()
         try:
@@ -88,6 +87,10 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
         if decision.reason == "no-telemetry":
             log.info("admitted %s/%s without node steering: no fresh telemetry", admission.namespace, admission.uid)
         return JSONResponse(decision.review)
+
+    # A plain route: the body is parsed by `decode_review`, so FastAPI's dependency and
+    # validation machinery would only add per-admission cost on the hot path.
+    app.add_route("/mutate", mutate, methods=["POST"])
 
     @app.get("/healthz")
     async def healthz() -> Response:

@@ -1,7 +1,7 @@
 """Pod mutation: scheduling terms from advice, merged without loosening anything. Pure, no I/O.
 
 `mutate_pod` returns the JSONPatch that turns the pod into its advised form. The patch is made
-by diffing a deep copy (`jsonpatch.make_patch`) of the pod's scheduling view — the only fields we
+by diffing a deep copy (`webhook.diff.json_diff`) of the pod's scheduling view — the only fields we
 may touch: `spec.affinity`, `spec.topologySpreadConstraints` and `metadata.annotations` — so the
 cost does not grow with the rest of the pod spec, and nothing else can change by construction.
 """
@@ -13,9 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jsonpatch
-
 from scoring.placement import NodeAdvice
+from webhook.diff import json_diff
 from scoring.policy import PlacementPolicy
 from scoring.workloads import training_group
 from webhook.pods import ADVICE_ANNOTATION, replica_selector
@@ -140,5 +139,5 @@ def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds:
     parts.append(age if advice.preferred or advice.avoided else f"{age}: {advice.reason}")
     annotation = "; ".join(parts)
     _child(_child(mutated, "metadata", {}), "annotations", {})[ADVICE_ANNOTATION] = annotation
-    patch = jsonpatch.make_patch(original, mutated).patch
+    patch = json_diff(original, mutated)
     return Mutation(patch, annotation, tuple(terms))

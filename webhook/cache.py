@@ -35,8 +35,10 @@ def _utcnow() -> datetime:
 class SnapshotCache:
     def __init__(self, read: Callable[[], ClusterSnapshot], policy: BalancerPolicy, *,
                  clock: Callable[[], datetime] = _utcnow,
-                 on_error: Callable[[Exception], None] = lambda error: None) -> None:
+                 on_error: Callable[[Exception], None] = lambda error: None,
+                 on_stop: Callable[[], None] = lambda: None) -> None:
         self._read = read
+        self._on_stop = on_stop
         self._policy = policy
         self._clock = clock
         self._on_error = on_error
@@ -90,3 +92,4 @@ class SnapshotCache:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._on_stop()

@@ -9,10 +9,10 @@ from typing import Any
 import uvicorn
 
 from scoring.policy import BalancerPolicy
-from scoring.prometheus import connect, read_snapshot
 from webhook.app import create_app
 from webhook.cache import SnapshotCache
 from webhook.metrics import create_metrics
+from webhook.refresher import ChildProcessReader
 from webhook.tls import CertificateReloader, server_context
 
 
@@ -36,9 +36,8 @@ def tls_server(app: Any, *, tls_cert: str, tls_key: str, host: str, port: int,
 def build_server(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: str, port: int,
                  log_level: str = "info") -> tuple[uvicorn.Server, CertificateReloader]:
     metrics = create_metrics()
-    query = connect(policy.prometheus)
-    cache = SnapshotCache(lambda: read_snapshot(query, policy), policy,
-                          on_error=lambda _error: metrics.telemetry_errors.inc())
+    reader = ChildProcessReader(policy)
+    cache = SnapshotCache(reader, policy, on_error=lambda _error: metrics.telemetry_errors.inc(), on_stop=reader.close)
     app = create_app(policy, cache, metrics=metrics)
     return tls_server(app, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, log_level=log_level)
 

@@ -12,7 +12,8 @@ from functools import cached_property
 from typing import Any
 
 from scoring.policy import PlacementPolicy
-from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request, labels_of, parse_quantity, training_group
+from scoring.workloads import (BadQuantity, as_dict, as_list, gpu_request, is_gpu_resource, labels_of, parse_quantity,
+                               training_group)
 
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 
@@ -123,7 +124,7 @@ def node_info(obj: dict[str, Any], policy: PlacementPolicy) -> NodeInfo:
     metadata, spec, status = as_dict(obj.get("metadata")), as_dict(obj.get("spec")), as_dict(obj.get("status"))
     allocatable = as_dict(status.get("allocatable"))
     gpus = {name: _whole(q) for name, q in allocatable.items()
-            if any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in policy.gpu_resources)}
+            if is_gpu_resource(name, policy.gpu_resources)}
     return NodeInfo(str(metadata.get("name", "")), {k: v for k, v in gpus.items() if v > 0},
                     bool(spec.get("unschedulable")))
 

@@ -8,10 +8,8 @@ follows; then the five-policy comparison and its report.
 
 from __future__ import annotations
 
-import base64
 import copy
 import ipaddress
-import json
 import ssl
 import tempfile
 import threading
@@ -23,7 +21,6 @@ from pathlib import Path
 from statistics import fmean, pstdev
 
 import httpx
-import jsonpatch
 from prometheus_client.parser import text_string_to_metric_families
 
 from certs.files import write_bundle
@@ -38,7 +35,7 @@ from scoring.policy import default_policy
 from scoring.prometheus import TelemetryError, connect, read_snapshot
 from scoring.series import series_from_families, snapshot_from_readings
 from sim.dcgm_text import render_exposition
-from sim.engine import SimPod, World, bind, build_world, measure, service_pod, step_workloads
+from sim.engine import SimPod, World, bind, build_world, cluster_objects, measure, service_pod, step_workloads
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.policies import make_policy, observed_samples
 from sim.report import as_table, write_report
@@ -47,6 +44,7 @@ from sim.scenario import FleetShape, InferenceShape, named
 from sim.scheduler import choose, evaluate
 from webhook.app import create_app
 from webhook.cache import SnapshotCache
+from webhook.review import patched, pod_review
 from webhook.serve import tls_server
 
 
@@ -131,12 +129,9 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 24,
                 bind(before, twin, node)
         advised = 0
         for pod in new_pods:
-            review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-                "uid": pod.obj["metadata"]["name"], "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "namespace": pod.obj["metadata"]["namespace"], "operation": "CREATE", "object": pod.obj}}
-            answer = client.post("/mutate", json=review).json()["response"]
-            if "patch" in answer:
-                pod.obj = jsonpatch.apply_patch(pod.obj, json.loads(base64.b64decode(answer["patch"])))
+            answer = client.post("/mutate", json=pod_review(pod.obj)).json()
+            if "patch" in answer["response"]:
+                pod.obj = patched(pod.obj, answer)
                 advised += 1
             if (node := choose(evaluate(pod.obj, list(world.nodes.values())), stock.rng)) is not None:
                 bind(world, pod, node)
@@ -151,11 +146,9 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 24,
         print("\n4. descheduler dry-run (the real plan; Prometheus holds only seconds of history, so the "
               "10-minute window cannot show sustained heat yet):")
         if query is not None:
-            objects = [{"kind": "Node", "metadata": {"name": n.name},
-                        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}} for n in world.nodes.values()]
-            objects += [dict(p.obj, kind="Pod") for p in world.pods.values() if p.node]
             try:
-                report = run_once(policy, query=query, cluster=cluster_from_objects(objects, policy.placement),
+                report = run_once(policy, query=query, cluster=cluster_from_objects(cluster_objects(world),
+                                                                                    policy.placement),
                                   now=lambda: datetime.now(timezone.utc), dry_run=True)
                 print("   " + report_as_table(report).replace("\n", "\n   "))
             except TelemetryError as error:

@@ -35,9 +35,6 @@ NODE_LABEL_CANDIDATES = ("node", "kubernetes_node", "nodename", "Hostname", "hos
 """Where the node name may be, most specific first: relabelled names beat the exporter's own
 `Hostname`, which older installs set to the exporter pod's name."""
 
-IDENTITY_LABELS = ("gpu", "UUID", "device", "pci_bus_id", "modelName", "GPU_I_PROFILE", "GPU_I_ID")
-WORKLOAD_LABELS = ("exported_pod", "exported_namespace", "exported_container", "pod", "namespace", "container")
-
 HOSTNAME_LABELS = ("Hostname", "hostname")
 """Released dcgm-exporter versions write `Hostname`; the newer main branch writes `hostname`."""
 

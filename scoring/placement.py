@@ -110,13 +110,13 @@ def advise_group(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Ma
         domain = labels[0]  # the tightest domain this node's labels name
         room[domain] = room.get(domain, 0) + unpromised // need * need
         members.setdefault(domain, []).append((headroom(base, free, pending_gpus.get(name, 0)), unpromised, name))
-    plain = advise(index, gpus_requested=gpus_requested, pending_gpus=pending_gpus, policy=policy)
+    hard, _ = _hard_avoidance(index, need=need, promised=sum(pending_gpus.values()), policy=policy)
     if not room:
-        return NodeAdvice((), plain.avoided, plain.hard, "distributed job: no topology known, packed by pod affinity")
+        return NodeAdvice((), index.avoided, hard, "distributed job: no topology known, packed by pod affinity")
     domain = chosen_before if chosen_before in room else max(room, key=lambda d: (room[d], d))
     best = sorted(members[domain], reverse=True)[:policy.max_preferred_nodes]
     preferred = tuple(NodePreference(name, max(1, round(100 * score / best[0][0]))) for score, _, name in best)
-    return NodeAdvice(preferred, plain.avoided, plain.hard,
+    return NodeAdvice(preferred, index.avoided, hard,
                       f"distributed job: {domain[0]}={domain[1]} has room ({room[domain]} GPUs)", domain)
 
 
@@ -142,6 +142,17 @@ def rank(index: PlacementIndex, *, need: int, pending_gpus: Mapping[str, int], k
     return [(score, free, name) for score, free, _, name in sorted(best, reverse=True)]
 
 
+def _hard_avoidance(index: PlacementIndex, *, need: int, promised: int, policy: PlacementPolicy
+                    ) -> tuple[bool, str | None]:
+    """Whether the required NotIn applies, and why not when it was asked for but is withheld."""
+    if not policy.hard_avoid_hot or not index.avoided:
+        return False, None
+    spare = index.total_free - promised - need
+    if spare >= policy.hard_avoid_min_spare_gpus and len(index.avoided) <= policy.max_avoided_nodes:
+        return True, None
+    return False, "hard avoidance skipped: too little cool capacity or too many hot nodes"
+
+
 def advise(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Mapping[str, int],
            policy: PlacementPolicy, ranked: list[Candidate] | None = None,
            pending_total: int | None = None) -> NodeAdvice:
@@ -154,15 +165,10 @@ def advise(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Mapping[
     if ranked is None:
         ranked = rank(index, need=need, pending_gpus=pending_gpus, k=policy.max_preferred_nodes)
     preferred = tuple(NodePreference(name, max(1, round(100 * score / ranked[0][0]))) for score, _, name in ranked)
-    avoided = index.avoided
     promised = sum(pending_gpus.values()) if pending_total is None else pending_total
-    spare = index.total_free - promised - need
-    hard = (policy.hard_avoid_hot and bool(avoided) and spare >= policy.hard_avoid_min_spare_gpus
-            and len(avoided) <= policy.max_avoided_nodes)
+    hard, skipped = _hard_avoidance(index, need=need, promised=promised, policy=policy)
     if not preferred:
         reason = f"no cool or warm node has {need} free GPU(s)"
-    elif policy.hard_avoid_hot and avoided and not hard:
-        reason = "hard avoidance skipped: too little cool capacity or too many hot nodes"
     else:
-        reason = "ranked by idle cycles, memory room and free GPUs not yet promised"
-    return NodeAdvice(preferred, avoided, hard, reason)
+        reason = skipped or "ranked by idle cycles, memory room and free GPUs not yet promised"
+    return NodeAdvice(preferred, index.avoided, hard, reason)

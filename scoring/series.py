@@ -31,17 +31,15 @@ Readings = Mapping[str, Sequence[Series]]
 """Per-GPU series by DCGM metric name."""
 
 Aggregates = Mapping[str, Sequence[Series]]
-"""Per-node rows by aggregate name (see `SUMMED`, `MAXED` and `ROW_SETS`)."""
+"""Per-node rows by name: gpu_kinds (GPU count by node, modelName and GPU_I_PROFILE), gpu_util
+(each GPU's GPU_UTIL, 0–100, with its workload pod labels), gpu_engine_active (the same for
+GR_ENGINE_ACTIVE, 0–1, which wins where a GPU has both), sums (per-node sums by `__name__`, see
+`SUMMED`), temperature_max (hottest GPU per node), xids (last XID by node and gpu, non-zero)."""
 
 _NO_NODE_LABEL = "no series carries a node label (tried " + ", ".join(dcgm.NODE_LABEL_CANDIDATES) + ")"
 
 SUMMED = {"fb_used": dcgm.FB_USED, "fb_free": dcgm.FB_FREE, "power": dcgm.POWER_USAGE}
 """Per-node sums, read from the `sums` row set by metric name (`__name__`)."""
-ROW_SETS = ("gpu_kinds", "gpu_util", "gpu_engine_active", "sums", "temperature_max", "xids")
-"""gpu_kinds: GPU count by node, modelName and GPU_I_PROFILE. gpu_util: each GPU's GPU_UTIL
-(0–100) with its workload pod labels; gpu_engine_active: the same for GR_ENGINE_ACTIVE (0–1),
-which wins where a GPU has both. sums: per-node sums by `__name__`. temperature_max: hottest GPU
-per node. xids: last XID by node and gpu, non-zero only."""
 
 
 def detect_node_label(rows: Iterable[Series], configured: str = "auto") -> str:

@@ -51,7 +51,8 @@ def as_list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _matches(resource: str, patterns: tuple[str, ...]) -> bool:
+def is_gpu_resource(resource: str, patterns: tuple[str, ...]) -> bool:
+    """Whether `resource` is one of `patterns` (a trailing * matches a prefix)."""
     return any(resource.startswith(p[:-1]) if p.endswith("*") else resource == p for p in patterns)
 
 
@@ -81,7 +82,7 @@ def gpu_request(pod: dict[str, Any], policy: PlacementPolicy) -> GpuRequest | No
             per_container = Decimal(0)
             for section in ("requests", "limits"):
                 for name, quantity in as_dict(resources.get(section)).items():
-                    if isinstance(name, str) and _matches(name, policy.gpu_resources):
+                    if isinstance(name, str) and is_gpu_resource(name, policy.gpu_resources):
                         found.add(name)
                         amount = parse_quantity(quantity)
                         if amount < 0 or amount > MAX_GPUS:

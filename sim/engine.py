@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sim.scenario import Scenario
@@ -170,6 +169,14 @@ def bind(world: World, pod: SimPod, node: str) -> None:
     world.nodes[node].bind(pod.obj)
 
 
+def cluster_objects(world: World) -> list[dict]:
+    """The world as `kubectl get nodes,pods -A -o json` would list it: nodes and bound pods."""
+    objects = [{"kind": "Node", "metadata": {"name": n.name}, "spec": {"unschedulable": n.unschedulable},
+                "status": {"allocatable": {"nvidia.com/gpu": str(int(n.allocatable["nvidia.com/gpu"]))}}}
+               for n in world.nodes.values()]
+    return objects + [dict(p.obj, kind="Pod") for p in world.pods.values() if p.node is not None]
+
+
 def demand_now(world: World, service: Service) -> float:
     hours = world.now_seconds / 3600
     diurnal = 1 + world.scenario.inference.diurnal_amplitude * math.sin(2 * math.pi * hours / 24 * 4 + service.phase)
@@ -220,7 +227,7 @@ def step_workloads(world: World) -> None:
     tr = sc.training
     if tr.jobs_per_hour > 0 and rng.random() < tr.jobs_per_hour / ticks_per_hour:
         job = f"train-{tick:05d}"
-        world.jobs[job] = {"until": tick + int(rng.choice(tr.duration_hours) * ticks_per_hour), "cliques": None}
+        world.jobs[job] = {"until": tick + int(rng.choice(tr.duration_hours) * ticks_per_hour)}
         training_pods(world, job, rng.choice(tr.workers), tr.gpus_per_worker)
     for job, info in list(world.jobs.items()):
         if tick >= info["until"]:
@@ -288,5 +295,3 @@ def measure(world: World) -> TickSample:
     world.gpu_util.append(dict(per_gpu))
     return TickSample(node_util, len(world.pending()), latencies)
 
-
-Placer = Callable[[World, SimPod], str | None]

@@ -3,13 +3,11 @@ before and after the webhook's advice. Pure (the caller reads the files and the 
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 from datetime import datetime
 from typing import Any
 
-import jsonpatch
 
 from scoring.heat import fleet_heat
 from scoring.placement import index_fleet
@@ -18,7 +16,7 @@ from scoring.telemetry import ClusterSnapshot
 from sim.scheduler import NodeState, NodeVerdict, evaluate
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger
-from webhook.review import decode_review
+from webhook.review import decode_review, patched, pod_review
 
 
 def nodes_from_list(document: Any) -> list[NodeState]:
@@ -52,14 +50,10 @@ def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | No
     if snapshot is None:
         return result
     fleet = fleet_heat(snapshot, policy.heat, now=now, staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "explain", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
-        "namespace": pod.get("metadata", {}).get("namespace", "default"), "object": pod}}
-    decision = decide(decode_review(json.dumps(review).encode()), index=None if fleet.stale else index_fleet(fleet),
+    decision = decide(decode_review(json.dumps(pod_review(pod, uid="explain")).encode()), index=None if fleet.stale else index_fleet(fleet),
                       telemetry_time=snapshot.newest_sample_at, snapshot_age_seconds=snapshot.age_seconds(now),
                       ledger=SteeringLedger(policy.placement.settle_seconds), policy=policy.placement, now=now)
-    patch = decision.review["response"].get("patch")
-    advised = jsonpatch.apply_patch(copy.deepcopy(pod), json.loads(base64.b64decode(patch))) if patch else pod
+    advised = patched(copy.deepcopy(pod), decision.review)
     result["advised"] = _shape(evaluate(advised, nodes))
     result["advice"] = decision.detail or decision.reason
     return result

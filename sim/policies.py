@@ -3,14 +3,11 @@ decision and descheduler plan on telemetry the simulator lags like a real export
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import random
 from collections import Counter
 from datetime import datetime, timedelta, timezone
-
-import jsonpatch
 
 from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
@@ -21,11 +18,11 @@ from scoring.policy import BalancerPolicy, default_policy
 from scoring.prometheus import WindowStats, topology_keys
 from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
 from scoring.telemetry import GpuSample, PodRef
-from sim.engine import SimPod, World, gpu_count, recreate
+from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
 from sim.scheduler import choose, evaluate
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger
-from webhook.review import decode_review
+from webhook.review import decode_review, patched, pod_review
 
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 POLICIES = ("stock", "stock-gpu-scored", "lownodeutilization", "gpu-balancer", "oracle")
@@ -171,17 +168,12 @@ class GpuBalancer(Stock):
         telemetry = self.telemetry(world)
         now = sim_time(world)
         if "gpu-balancer.io/advice" not in pod.obj["metadata"].get("annotations", {}):
-            review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-                "uid": pod.obj["metadata"]["name"], "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "namespace": pod.obj["metadata"]["namespace"], "operation": "CREATE", "object": pod.obj}}
             snapshot, _, index = telemetry if telemetry else (None, None, None)
-            decision = decide(decode_review(json.dumps(review).encode()), index=index,
+            decision = decide(decode_review(json.dumps(pod_review(pod.obj)).encode()), index=index,
                               telemetry_time=snapshot.newest_sample_at if snapshot else None,
                               snapshot_age_seconds=snapshot.age_seconds(now) if snapshot else None,
                               ledger=self.ledger, policy=self.policy.placement, now=now)
-            patch = decision.review["response"].get("patch")
-            if patch:
-                pod.obj = jsonpatch.apply_patch(pod.obj, json.loads(base64.b64decode(patch)))
+            pod.obj = patched(pod.obj, decision.review)
         return super().place(world, pod)
 
     def deschedule(self, world: World) -> None:
@@ -199,11 +191,7 @@ class GpuBalancer(Stock):
             if values:
                 low = values[min(len(values) - 1, int(d.low_quantile * len(values)))]
                 window[name] = WindowStats(sum(values) / len(values), low, len(values) / steps)
-        objects = [{"kind": "Node", "metadata": {"name": n.name}, "spec": {"unschedulable": n.unschedulable},
-                    "status": {"allocatable": {"nvidia.com/gpu": str(int(n.allocatable["nvidia.com/gpu"]))}}}
-                   for n in world.nodes.values()]
-        objects += [dict(p.obj, kind="Pod") for p in world.pods.values() if p.node is not None]
-        cluster = cluster_from_objects(objects, self.policy.placement)
+        cluster = cluster_from_objects(cluster_objects(world), self.policy.placement)
         now = sim_time(world)
         plan = plan_evictions(fleet=fleet, snapshot=snapshot, window=window, cluster=cluster, ledger=self.evictions,
                               policy=d, now=now)

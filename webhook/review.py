@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
+
+import jsonpatch
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_BODY_BYTES = 3 * 1024 * 1024
@@ -82,6 +85,23 @@ def decode_review(body: bytes) -> AdmissionRequest:
         raise ReviewError("request.object: must be an object")
     return AdmissionRequest(uid=uid, kind=kind.get("kind", ""), operation=operation, namespace=namespace,
                             obj=obj, dry_run=request.get("dryRun") is True)
+
+
+def pod_review(pod: dict[str, Any], *, uid: str | None = None) -> dict[str, Any]:
+    """The AdmissionReview an API server sends for creating `pod` (for the simulator, `explain`
+    and the demo, which put pods through the webhook as a cluster would)."""
+    metadata = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "request": {
+        "uid": uid or str(metadata.get("name", "pod")), "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "namespace": str(metadata.get("namespace", "default")), "operation": "CREATE", "object": pod}}
+
+
+def patched(obj: dict[str, Any], review: Mapping[str, Any]) -> dict[str, Any]:
+    """`obj` with the review's JSONPatch applied, as the API server applies it (a new object)."""
+    patch = review.get("response", {}).get("patch")
+    if not patch:
+        return obj
+    return jsonpatch.apply_patch(obj, json.loads(base64.b64decode(patch)))
 
 
 def build_response(uid: str, patch: list[dict] | None = None, warnings: tuple[str, ...] = ()) -> AdmissionReviewOut:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import base64
 import copy
-import json
 from datetime import datetime, timezone
 
-import jsonpatch
-
 from scoring.heat import FleetHeat, NodeHeat, Tier
+from webhook.review import patched
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 
@@ -45,8 +42,4 @@ def fleet(*nodes, stale=False):
 
 def apply_response(pod, answer):
     """The pod as the API server would see it after applying the webhook's patch."""
-    response = answer["response"]
-    if "patch" not in response:
-        return copy.deepcopy(pod)
-    patch = json.loads(base64.b64decode(response["patch"]))
-    return jsonpatch.apply_patch(pod, patch)
+    return patched(copy.deepcopy(pod), answer)

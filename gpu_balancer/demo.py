@@ -43,7 +43,7 @@ from sim.run import compare, weighted_quantile
 from sim.scenario import FleetShape, InferenceShape, named
 from sim.scheduler import choose, evaluate
 from webhook.app import create_app
-from webhook.cache import SnapshotCache
+from webhook.cache import SnapshotCache, assessing
 from webhook.review import patched, pod_review
 from webhook.serve import tls_server
 
@@ -98,7 +98,7 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 24,
         tls_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-balancer-demo-")))
         ca = issue_ca()
         paths = write_bundle(tls_dir, ca, issue_serving(ca, ["localhost"], ip_addresses=(ipaddress.ip_address("127.0.0.1"),)))
-        cache = SnapshotCache(read, policy)
+        cache = SnapshotCache(assessing(read, policy), policy)
         port = free_port()
         server, _ = tls_server(create_app(policy, cache), tls_cert=str(paths["tls.crt"]), tls_key=str(paths["tls.key"]),
                                host="127.0.0.1", port=port, log_level="warning")

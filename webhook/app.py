@@ -17,7 +17,7 @@ from webhook.admit import decide
 from webhook.cache import SnapshotCache
 from webhook.ledger import SteeringLedger
 from webhook.metrics import WebhookMetrics, create_metrics
-from webhook.review import MAX_BODY_BYTES, ReviewError, build_response, decode_review
+from webhook.review import MAX_BODY_BYTES, ReviewError, build_response, decode_review, dump_json
 
 log = logging.getLogger("gpu_balancer.webhook")
 
@@ -49,7 +49,7 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
 
     def snapshot_age() -> float:
         current = cache.current
-        return -1.0 if current is None else current.snapshot.age_seconds(clock())
+        return -1.0 if current is None else current.age_seconds(clock())
 
     metrics.snapshot_age.set_function(snapshot_age)
 
@@ -75,8 +75,8 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
         fresh = cache.fresh(now)
         try:
             decision = decide(admission, index=fresh.index if fresh else None,
-                              telemetry_time=fresh.snapshot.newest_sample_at if fresh else None,
-                              snapshot_age_seconds=fresh.snapshot.age_seconds(now) if fresh else None,
+                              telemetry_time=fresh.sampled_at if fresh else None,
+                              snapshot_age_seconds=fresh.age_seconds(now) if fresh else None,
                               ledger=ledger, policy=policy.placement, now=now)
         except Exception:  # noqa: BLE001 - a bug here must never block a pod
             log.exception("admission %s failed; admitting unchanged", admission.uid)
@@ -86,7 +86,7 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
         metrics.latency.observe(time.perf_counter() - started)
         if decision.reason == "no-telemetry":
             log.info("admitted %s/%s without node steering: no fresh telemetry", admission.namespace, admission.uid)
-        return JSONResponse(decision.review)
+        return Response(dump_json(decision.review), media_type="application/json")
 
     # A plain route: the body is parsed by `decode_review`, so FastAPI's dependency and
     # validation machinery would only add per-admission cost on the hot path.

@@ -1,6 +1,7 @@
-"""The snapshot cache: a background thread that refreshes telemetry; admissions never wait on it.
+"""The telemetry cache: a background thread that refreshes what admissions read; they never wait on it.
 
-Does I/O through the injected `read` function (normally `scoring.prometheus.read_snapshot`).
+Does I/O through the injected `read` function: `webhook.refresher.ChildProcessReader` in
+production, or `assessing(...)` around any snapshot reader (tests, demo, benchmark).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from scoring.heat import FleetHeat, fleet_heat
+from scoring.heat import fleet_heat
 from scoring.placement import PlacementIndex, index_fleet
 from scoring.policy import BalancerPolicy
 from scoring.telemetry import ClusterSnapshot
@@ -21,26 +22,45 @@ log = logging.getLogger("gpu_balancer.webhook.cache")
 
 @dataclass(frozen=True, slots=True)
 class Telemetry:
-    """What the last successful refresh saw."""
+    """What admissions need from one refresh: the ranked fleet and how old its samples are.
 
-    snapshot: ClusterSnapshot
-    fleet: FleetHeat
+    Deliberately small (no per-GPU data), so that a child process can build it and hand it over
+    for the price of a short unpickle."""
+
     index: PlacementIndex
+    sampled_at: datetime
+    """The freshest sample's time (the snapshot's own time when no sample is dated)."""
+    nodes: int
+
+    def age_seconds(self, now: datetime) -> float:
+        return max(0.0, (now - self.sampled_at).total_seconds())
+
+
+def assess(snapshot: ClusterSnapshot, policy: BalancerPolicy, now: datetime) -> Telemetry:
+    """Heat model and ranking for one snapshot. Pure."""
+    fleet = fleet_heat(snapshot, policy.heat, now=now,
+                       staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
+    index = index_fleet(fleet, {n.name: n.topology for n in snapshot.nodes if n.topology})
+    return Telemetry(index, snapshot.newest_sample_at or snapshot.taken_at, len(snapshot.nodes))
 
 
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def assessing(read: Callable[[], ClusterSnapshot], policy: BalancerPolicy,
+              clock: Callable[[], datetime] = _utcnow) -> Callable[[], Telemetry]:
+    """A `read` for `SnapshotCache` that reads and assesses a snapshot in this process."""
+    return lambda: assess(read(), policy, clock())
+
+
 class SnapshotCache:
-    def __init__(self, read: Callable[[], ClusterSnapshot], policy: BalancerPolicy, *,
-                 clock: Callable[[], datetime] = _utcnow,
+    def __init__(self, read: Callable[[], Telemetry], policy: BalancerPolicy, *,
                  on_error: Callable[[Exception], None] = lambda error: None,
                  on_stop: Callable[[], None] = lambda: None) -> None:
         self._read = read
         self._on_stop = on_stop
         self._policy = policy
-        self._clock = clock
         self._on_error = on_error
         self._current: Telemetry | None = None
         self._stop = threading.Event()
@@ -55,16 +75,12 @@ class SnapshotCache:
 
     def refresh_once(self) -> None:
         try:
-            snapshot = self._read()
-        except Exception as error:  # noqa: BLE001 - any failure means "keep the old snapshot"
+            telemetry = self._read()
+        except Exception as error:  # noqa: BLE001 - any failure means "keep the old telemetry"
             self.last_error = str(error)
             self._on_error(error)
             log.warning("telemetry refresh failed: %s", error)
             return
-        fleet = fleet_heat(snapshot, self._policy.heat, now=self._clock(),
-                           staleness_limit_seconds=self._policy.telemetry.staleness_limit_seconds)
-        telemetry = Telemetry(snapshot, fleet, index_fleet(fleet, {n.name: n.topology for n in snapshot.nodes
-                                                                   if n.topology}))
         for listener in self.on_refresh:
             listener(telemetry)
         self._current = telemetry
@@ -73,9 +89,9 @@ class SnapshotCache:
     def fresh(self, now: datetime) -> Telemetry | None:
         """The current telemetry if it is within the staleness limit, else None."""
         current = self._current
-        if current is None or not current.snapshot.nodes:
+        if current is None or not current.nodes:
             return None
-        if current.snapshot.age_seconds(now) > self._policy.telemetry.staleness_limit_seconds:
+        if current.age_seconds(now) > self._policy.telemetry.staleness_limit_seconds:
             return None
         return current
 

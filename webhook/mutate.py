@@ -9,6 +9,7 @@ cost does not grow with the rest of the pod spec, and nothing else can change by
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from webhook.diff import json_diff
 from scoring.policy import PlacementPolicy
 from scoring.workloads import training_group
 from webhook.pods import ADVICE_ANNOTATION, replica_selector
+from webhook.review import dump_json
 
 HOSTNAME_KEY = "kubernetes.io/hostname"
 ZONE_KEY = "topology.kubernetes.io/zone"
@@ -109,7 +111,7 @@ def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds:
                policy: PlacementPolicy) -> Mutation:
     """Add advice and workload terms to a copy of the pod's scheduling view; return the patch."""
     original = scheduling_view(pod)
-    mutated = copy.deepcopy(original)
+    mutated = json.loads(dump_json(original))  # a deep copy of JSON data, several times faster than deepcopy
     spec = _child(mutated, "spec", {})
     terms: list[str] = []
     parts: list[str] = []

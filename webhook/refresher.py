@@ -1,25 +1,39 @@
-"""Read telemetry in a child process, so decoding Prometheus' answers never holds the webhook's GIL.
+"""Read and assess telemetry in a child process, so that work never holds the webhook's GIL.
 
-Does I/O: a `spawn`ed process runs `scoring.prometheus.read_snapshot` on request and sends the
-frozen `ClusterSnapshot` back through a pipe. At 5,000 nodes a read costs ~0.9 s of CPU; in the
-webhook process that would stall admissions, in the child it costs the parent one unpickle.
+Does I/O: a `spawn`ed process runs `scoring.prometheus.read_snapshot` and `webhook.cache.assess`
+on request and sends the small `Telemetry` (the ranked fleet, no per-GPU data) back through a
+pipe. At 5,000 nodes the read costs ~0.9 s of CPU and the assessment ~90 ms; in the webhook
+process both would stall admissions, from the child they cost the parent one short unpickle.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+from collections.abc import Callable
 import threading
+from datetime import datetime, timezone
 from multiprocessing.connection import Connection
 
 from scoring.policy import BalancerPolicy
 from scoring.prometheus import TelemetryError
 from scoring.telemetry import ClusterSnapshot
+from webhook.cache import Telemetry
+
+CHILD_NICENESS = 10
 
 
-def _serve(policy: BalancerPolicy, connection: Connection) -> None:
-    from scoring.prometheus import connect, read_snapshot
+def _serve(policy: BalancerPolicy, connection: Connection, read: Callable[[], ClusterSnapshot] | None) -> None:
+    from webhook.cache import assess
 
-    query = connect(policy.prometheus)
+    # Lower priority than the admissions it feeds: on a busy node the scheduler then runs the
+    # webhook's request path first and this refresh in the gaps (a few seconds late is harmless).
+    os.nice(CHILD_NICENESS)
+    if read is None:
+        from scoring.prometheus import connect, read_snapshot
+
+        query = connect(policy.prometheus)
+        read = lambda: read_snapshot(query, policy)  # noqa: E731
     while True:
         try:
             if connection.recv() is None:
@@ -27,7 +41,7 @@ def _serve(policy: BalancerPolicy, connection: Connection) -> None:
         except (EOFError, OSError):
             return
         try:
-            connection.send(("ok", read_snapshot(query, policy)))
+            connection.send(("ok", assess(read(), policy, datetime.now(timezone.utc))))
         except TelemetryError as error:
             connection.send(("telemetry-error", str(error)))
         except Exception as error:  # noqa: BLE001 - report, never die: the parent keeps its old snapshot
@@ -35,18 +49,22 @@ def _serve(policy: BalancerPolicy, connection: Connection) -> None:
 
 
 class ChildProcessReader:
-    """A `read()` for `SnapshotCache` that runs in a child process; `close()` ends the child."""
+    """A `read()` for `SnapshotCache` that runs in a child process; `close()` ends the child.
 
-    def __init__(self, policy: BalancerPolicy) -> None:
+    The child reads Prometheus as `policy` says, unless `read` (a picklable callable returning a
+    `ClusterSnapshot`, run in the child) is given instead: the benchmark's synthetic fleet."""
+
+    def __init__(self, policy: BalancerPolicy, *, read: Callable[[], ClusterSnapshot] | None = None) -> None:
         context = multiprocessing.get_context("spawn")
         self._parent, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(policy, child), name="telemetry-reader", daemon=True)
+        self._process = context.Process(target=_serve, args=(policy, child, read), name="telemetry-reader",
+                                        daemon=True)
         self._process.start()
         child.close()
         self._lock = threading.Lock()
         self._timeout = policy.prometheus.timeout_seconds * 2 + 30
 
-    def __call__(self) -> ClusterSnapshot:
+    def __call__(self) -> Telemetry:
         with self._lock:
             if not self._process.is_alive():
                 raise TelemetryError("the telemetry reader process has exited")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 import jsonpatch
+import orjson
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_BODY_BYTES = 3 * 1024 * 1024
@@ -55,14 +56,32 @@ class AdmissionRequest:
     dry_run: bool
 
 
+def dump_json(value: Any) -> bytes:
+    """Compact JSON, by orjson on the hot path; the standard library for what orjson cannot
+    encode (integers beyond 64 bits that a lenient decode let in)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _decode_leniently(body: bytes) -> Any:
+    """What orjson refuses but is still a readable body (integers beyond 64 bits, NaN): the
+    standard library decides, so nothing it accepted before is turned away."""
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as error:
+        raise ReviewError(f"body is not valid JSON: {str(error)[:200]}") from None
+
+
 def decode_review(body: bytes) -> AdmissionRequest:
     """Parse and check an AdmissionReview body."""
     if len(body) > MAX_BODY_BYTES:
         raise ReviewError(f"body of {len(body)} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
     try:
-        review = json.loads(body)
-    except (ValueError, RecursionError) as error:
-        raise ReviewError(f"body is not valid JSON: {str(error)[:200]}") from None
+        review = orjson.loads(body)  # the hot path: several times faster than json.loads
+    except orjson.JSONDecodeError:
+        review = _decode_leniently(body)
     if not isinstance(review, dict):
         raise ReviewError("body must be a JSON object")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
@@ -109,7 +128,7 @@ def build_response(uid: str, patch: list[dict] | None = None, warnings: tuple[st
     response: AdmissionResponse = {"uid": uid, "allowed": True}
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+        response["patch"] = base64.b64encode(dump_json(patch)).decode()
     if warnings:
         response["warnings"] = [w[:MAX_WARNING_CHARS] for w in warnings]
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}

@@ -2,13 +2,15 @@
 
 import socket
 from dataclasses import replace
+from datetime import datetime, timezone
 
 import pytest
 
 from scoring import dcgm
 from scoring.policy import default_policy
-from scoring.prometheus import TelemetryError
+from scoring.prometheus import TelemetryError, connect, read_snapshot
 from sim.fleet import FleetSpec
+from webhook.cache import assess
 from webhook.refresher import ChildProcessReader
 
 
@@ -36,8 +38,12 @@ def test_the_child_reads_a_real_prometheus(fake_dcgm, prometheus):
     prom.wait_for(dcgm.FB_USED, at_least=6)
     reader = ChildProcessReader(policy_for(prom.url))
     try:
-        snapshot = reader()
+        telemetry = reader()
     finally:
         reader.close()
-    assert [n.name for n in snapshot.nodes] == ["gpu-node-00", "gpu-node-01", "gpu-node-02"]
-    assert all(n.gpus == 2 for n in snapshot.nodes)
+    assert telemetry.nodes == 3
+    # The child's assessment is the one this process would make of the same Prometheus.
+    policy = policy_for(prom.url)
+    here = assess(read_snapshot(connect(policy.prometheus), policy), policy, datetime.now(timezone.utc))
+    assert telemetry.index == here.index
+    assert abs(telemetry.age_seconds(datetime.now(timezone.utc)) - here.age_seconds(datetime.now(timezone.utc))) < 30

@@ -6,7 +6,8 @@ GPU and serves its share of its service's traffic. Its GPU's speed drops with no
 contention (shared PCIe, host CPU and power budget): speed = 1 − 0.6 × max(0, node load − 0.4).
 Busy fraction ρ = load / speed; mean sojourn time W = s₀ / speed / (1 − ρ) (M/M/1, s₀ = 25 ms);
 a replica's p99 is W × ln 100, and the fleet's p99 is the request-weighted 99th percentile of
-those over all ticks.
+those over all ticks. The same replicas are also timed as if every node carried the fleet's mean
+load at that tick (`even_load_latencies`): what perfect load balancing would give these pods.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class TickSample:
     pending: int
     latencies: list[tuple[float, float]]
     """(p99 ms, request weight) per serving replica."""
+    even_load_latencies: list[tuple[float, float]]
+    """The same, had every node carried the fleet's mean load (the limit of balancing)."""
 
 
 @dataclass
@@ -272,12 +275,12 @@ def measure(world: World) -> TickSample:
     for pod in world.pods.values():
         if pod.node is not None:
             by_node[pod.node].append(pod)
-    latencies = []
+    latencies, even_load_latencies = [], []
+    up = [name for name in world.nodes if name not in world.down]
+    even_speed = _speed(sum(node_load.get(name, 0.0) for name in up) / max(1, len(up)))
     node_util = {}
-    for name in world.nodes:
-        if name in world.down:
-            continue
-        speed = 1 - CONTENTION * max(0.0, node_load.get(name, 0.0) - CONTENTION_FROM)
+    for name in up:
+        speed = _speed(node_load.get(name, 0.0))
         busy = 0.0
         index = 0
         for pod in by_node.get(name, ()):
@@ -288,10 +291,19 @@ def measure(world: World) -> TickSample:
                 index += 1
             busy += rho * count
             if pod.service is not None and pod.load > 0:
-                wait = SERVICE_TIME_MS / speed / (1 - rho)
-                latencies.append((wait * P99_FACTOR, pod.load))
+                latencies.append((_p99_ms(pod.load, speed), pod.load))
+                even_load_latencies.append((_p99_ms(pod.load, even_speed), pod.load))
         node_util[name] = 100 * busy / gpus
     world.history.append(node_util)
     world.gpu_util.append(dict(per_gpu))
-    return TickSample(node_util, len(world.pending()), latencies)
+    return TickSample(node_util, len(world.pending()), latencies, even_load_latencies)
+
+
+def _speed(node_load: float) -> float:
+    return 1 - CONTENTION * max(0.0, node_load - CONTENTION_FROM)
+
+
+def _p99_ms(load: float, speed: float) -> float:
+    rho = min(0.99, load / speed)
+    return SERVICE_TIME_MS / speed / (1 - rho) * P99_FACTOR
 

@@ -41,6 +41,7 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
     ticks = int(scenario.hours * 3600 / scenario.tick_seconds)
     covs, maxima, hot_ticks, pending = [], [], 0, []
     latencies: list[tuple[float, float]] = []
+    even_load_latencies: list[tuple[float, float]] = []
     running_pods = []
     packed_jobs: dict[str, bool] = {}
     roomy_jobs: set[str] = set()
@@ -65,6 +66,7 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
         hot_ticks += sum(1 for u in utils if u >= HOT_UTIL)
         pending.append(sample.pending)
         latencies.extend(sample.latencies)
+        even_load_latencies.extend(sample.even_load_latencies)
         running_pods.append(sum(1 for p in world.pods.values() if p.node is not None))
         for job in world.jobs:
             workers = [p for p in world.pods.values() if p.training_job == job]
@@ -79,6 +81,8 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
         "max_node_util": fmean(maxima) if maxima else 0.0,
         "hot_node_minutes": hot_ticks * scenario.tick_seconds / 60,
         "p99_latency_ms": weighted_quantile(latencies, 0.99),
+        # The reference for p99: these pods' p99 had every node carried the fleet's mean load.
+        "p99_at_even_load_ms": weighted_quantile(even_load_latencies, 0.99),
         "evictions": float(world.evictions),
         "pending_pods": fmean(pending) if pending else 0.0,
         "evictions_per_pod_hour_percent": 100 * world.evictions / hours / max(fmean(running_pods), 1.0),

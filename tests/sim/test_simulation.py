@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from sim.engine import bind, build_world, measure, step_workloads
+from sim.engine import bind, build_world, measure, service_pod, step_workloads
 from sim.policies import POLICIES, make_policy
 from sim.run import compare, run_policy, weighted_quantile
 from sim.scenario import BUILT_IN, FleetShape, InferenceShape, load_scenario, named
@@ -47,6 +47,28 @@ def test_gpu_balancer_pods_go_through_the_production_webhook():
     assert advised > 0
     later = [p for p in world.pods.values() if p.created_tick > 5]
     assert any("preferred" in p.obj["metadata"]["annotations"].get("gpu-balancer.io/advice", "") for p in later)
+
+
+def _two_node_world(placement: list[str]):
+    """Four replicas of one busy service (load 0.9 each) on two 4-GPU nodes, as `placement` says."""
+    scenario = replace(SMALL, fleet=FleetShape(nodes=2, gpus_per_node=4), inference=InferenceShape(services=1))
+    world = build_world(scenario, 1)
+    service = next(iter(world.services.values()))
+    service.demand, service.phase = 3.6, 0.0
+    world.scenario = replace(scenario, inference=replace(scenario.inference, diurnal_amplitude=0.0))
+    for node in placement:
+        bind(world, service_pod(world, service), node)
+    return world
+
+
+def test_even_load_latency_is_what_balancing_would_give():
+    piled = measure(_two_node_world(["gpu-node-000"] * 3 + ["gpu-node-001"]))
+    even = measure(_two_node_world(["gpu-node-000", "gpu-node-001"] * 2))
+    # Piled up, three replicas suffer the contention of a busy node and the fourth runs alone;
+    # at even load all four see the mean, which is what the balanced placement actually gets.
+    assert weighted_quantile(piled.latencies, 0.99) > weighted_quantile(piled.even_load_latencies, 0.99)
+    assert sorted(even.latencies) == sorted(even.even_load_latencies)
+    assert piled.even_load_latencies == even.even_load_latencies
 
 
 def test_weighted_quantile_weights_requests():

@@ -32,7 +32,7 @@ from gpu_balancer.status_view import heat_as_table
 from scoring import dcgm
 from scoring.heat import fleet_heat
 from scoring.policy import default_policy
-from scoring.prometheus import TelemetryError, connect, read_snapshot
+from scoring.prometheus import SnapshotReader, TelemetryError, connect
 from scoring.series import series_from_families, snapshot_from_readings
 from sim.dcgm_text import render_exposition
 from sim.engine import SimPod, World, bind, build_world, cluster_objects, measure, service_pod, step_workloads
@@ -81,7 +81,7 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 24,
             prometheus.wait_for(dcgm.FB_USED, at_least=nodes * gpus)
             policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus.url))
             query = connect(policy.prometheus)
-            read = lambda: read_snapshot(query, policy)  # noqa: E731
+            read = SnapshotReader(query, policy)
             print(f"2. a real Prometheus scrapes it at {prometheus.url}")
         except PrometheusNotInstalled:
             query = None

@@ -74,6 +74,10 @@ class TelemetryPolicy:
     15 s scrapes plus margin, so one missed scrape does not switch steering off."""
     vanish_lookback_seconds: float = 600.0
     """A GPU seen within this window but silent now marks its node unhealthy."""
+    vanish_check_seconds: float = 60.0
+    """How often a refreshing process (the webhook) re-runs the look-back for vanished GPUs,
+    reusing the last answer in between. It is the costliest query at fleet scale, and reuse
+    delays no vanish: a GPU in the reused answer was seen, so its silence shows at once."""
     use_profiling_metrics: bool = True
     """Prefer DCGM_FI_PROF_GR_ENGINE_ACTIVE over DCGM_FI_DEV_GPU_UTIL where present: GPU_UTIL
     counts any kernel running as 100 %, GR_ENGINE_ACTIVE measures the busy share."""
@@ -210,6 +214,8 @@ def validate_policy(policy: BalancerPolicy) -> None:
     _require(telemetry.staleness_limit_seconds > telemetry.refresh_seconds,
              "telemetry.stalenessLimitSeconds", "must be greater than refreshSeconds")
     _require(telemetry.vanish_lookback_seconds > 0, "telemetry.vanishLookbackSeconds", "must be positive")
+    _require(0 < telemetry.vanish_check_seconds <= telemetry.vanish_lookback_seconds,
+             "telemetry.vanishCheckSeconds", "must be positive and at most vanishLookbackSeconds")
     _require(re.fullmatch(r"auto|[A-Za-z_][A-Za-z0-9_]*", telemetry.node_label) is not None,
              "telemetry.nodeLabel", "must be 'auto' or a Prometheus label name")
     _require(prom.url.startswith(("http://", "https://")), "prometheus.url", "must start with http:// or https://")

@@ -9,6 +9,7 @@ Errors, all `TelemetryError`:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import time
 from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -148,12 +149,21 @@ def topology_keys(policy: BalancerPolicy) -> tuple[str, ...]:
 def read_snapshot(query: QueryFn, policy: BalancerPolicy, *,
                   now: Callable[[], datetime] | None = None) -> ClusterSnapshot:
     """Run the snapshot queries and build a `ClusterSnapshot`."""
+    return _read(query, policy, now=now, seen_recently=None)[0]
+
+
+def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime] | None,
+          seen_recently: Sequence[Series] | None) -> tuple[ClusterSnapshot, Sequence[Series]]:
+    """The snapshot and the look-back answer it used: `seen_recently` when given (that query
+    then does not run), else Prometheus' fresh one."""
     clock = now or (lambda: datetime.now(timezone.utc))
     taken_at = clock()
     keys = topology_keys(policy)
     queries = snapshot_queries(policy.prometheus.selector_matchers,
                                lookback_seconds=policy.telemetry.vanish_lookback_seconds,
                                use_profiling_metrics=policy.telemetry.use_profiling_metrics, topology_keys=keys)
+    if seen_recently is not None:
+        del queries["seen_recently"]
     # All queries at once: a refresh then costs one round trip, and a silent Prometheus one timeout.
     pool = ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="promql")
     try:
@@ -161,17 +171,44 @@ def read_snapshot(query: QueryFn, policy: BalancerPolicy, *,
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     newest = answers.pop("newest_sample")
-    return build_snapshot(
+    if seen_recently is None:
+        seen_recently = answers.pop("seen_recently")
+    snapshot = build_snapshot(
         answers,
         taken_at=taken_at,
         node_label=policy.telemetry.node_label,
-        gpus_seen_recently=answers.pop("seen_recently"),
+        gpus_seen_recently=seen_recently,
         allocatable_gpus=answers.pop("ksm_allocatable"),
         allocated_gpus=answers.pop("ksm_allocated"),
         node_labels=answers.pop("node_labels", ()),
         topology_keys=keys,
         newest_sample_at=datetime.fromtimestamp(newest[0].value, tz=timezone.utc) if newest else None,
     )
+    return snapshot, seen_recently
+
+
+class SnapshotReader:
+    """`read_snapshot` for a process that refreshes every few seconds: the look-back query for
+    vanished GPUs runs at most every `telemetry.vanishCheckSeconds`, its answer reused between.
+    Stateful (the reused answer); the I/O is `query`'s."""
+
+    def __init__(self, query: QueryFn, policy: BalancerPolicy, *,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._query = query
+        self._policy = policy
+        self._monotonic = monotonic
+        self._seen_recently: list[Series] | None = None
+        self._checked_at = 0.0
+
+    def __call__(self) -> ClusterSnapshot:
+        started = self._monotonic()
+        reuse = (self._seen_recently is not None
+                 and started - self._checked_at < self._policy.telemetry.vanish_check_seconds)
+        snapshot, seen = _read(self._query, self._policy, now=None,
+                               seen_recently=self._seen_recently if reuse else None)
+        if not reuse:
+            self._seen_recently, self._checked_at = list(seen), started
+        return snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Read and assess telemetry in a child process, so that work never holds the webhook's GIL.
 
-Does I/O: a `spawn`ed process runs `scoring.prometheus.read_snapshot` and `webhook.cache.assess`
+Does I/O: a `spawn`ed process runs `scoring.prometheus.SnapshotReader` and `webhook.cache.assess`
 on request and sends the small `Telemetry` (the ranked fleet, no per-GPU data) back through a
 pipe. At 5,000 nodes the read costs ~0.9 s of CPU and the assessment ~90 ms; in the webhook
 process both would stall admissions, from the child they cost the parent one short unpickle.
@@ -30,10 +30,9 @@ def _serve(policy: BalancerPolicy, connection: Connection, read: Callable[[], Cl
     # webhook's request path first and this refresh in the gaps (a few seconds late is harmless).
     os.nice(CHILD_NICENESS)
     if read is None:
-        from scoring.prometheus import connect, read_snapshot
+        from scoring.prometheus import SnapshotReader, connect
 
-        query = connect(policy.prometheus)
-        read = lambda: read_snapshot(query, policy)  # noqa: E731
+        read = SnapshotReader(connect(policy.prometheus), policy)
     while True:
         try:
             if connection.recv() is None:

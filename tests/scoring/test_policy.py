@@ -70,6 +70,7 @@ def test_the_policy_is_frozen():
     ("heat: {hotUtilPercnt: 80}\n", "heat.hotUtilPercnt"),
     ("telemetry: {refreshSeconds: 0}\n", "telemetry.refreshSeconds"),
     ("telemetry: {refreshSeconds: 60, stalenessLimitSeconds: 30}\n", "telemetry.stalenessLimitSeconds"),
+    ("telemetry: {vanishLookbackSeconds: 300, vanishCheckSeconds: 600}\n", "telemetry.vanishCheckSeconds"),
     ("telemetry: {nodeLabel: 'no spaces'}\n", "telemetry.nodeLabel"),
     ("telemetry: [1]\n", "telemetry"),
     ("prometheus: {url: prometheus:9090}\n", "prometheus.url"),

@@ -19,7 +19,7 @@ from gpu_balancer.local_prometheus import ScrapeTarget
 from scoring import dcgm
 from scoring.heat import Tier, fleet_heat
 from scoring.policy import BalancerPolicy, BasicAuth, default_policy
-from scoring.prometheus import PrometheusQueryError, PrometheusUnreachable, connect, read_snapshot
+from scoring.prometheus import PrometheusQueryError, PrometheusUnreachable, SnapshotReader, connect, read_snapshot
 from sim.dcgm_text import render_exposition
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.fleet import FleetSpec, generate_fleet
@@ -101,6 +101,39 @@ def test_nodes_whose_exporter_disappears_become_unhealthy(fake_dcgm, prometheus)
     doomed = [n for n in fleet.nodes if n.name.startswith("doomed-")]
     assert [n.tier for n in doomed] == [Tier.UNHEALTHY, Tier.UNHEALTHY]
     assert "vanished" in doomed[0].reasons[0]
+
+
+def test_a_refreshing_reader_reuses_the_look_back_and_still_sees_exporters_vanish(fake_dcgm, prometheus):
+    stays = fake_dcgm(SPEC)
+    leaving = make_server(render_exposition(generate_fleet(replace(SPEC, nodes=2, node_prefix="doomed-"))), port=0)
+    serve_in_background(leaving)
+    prom = prometheus(stays, f"127.0.0.1:{leaving.server_port}")
+    prom.wait_for(dcgm.FB_USED, at_least=32)
+    policy = policy_for(prom.url)
+    asked: list[str] = []
+    real_query = connect(policy.prometheus)
+
+    def query(promql):
+        asked.append(promql)
+        return real_query(promql)
+
+    clock = [0.0]
+    reader = SnapshotReader(query, policy, monotonic=lambda: clock[0])
+    look_backs = lambda: sum("last_over_time" in q for q in asked)  # noqa: E731
+
+    first = reader()
+    assert look_backs() == 1 and not first.vanished_nodes
+    clock[0] = policy.telemetry.vanish_check_seconds - 1
+    assert reader().nodes == first.nodes and look_backs() == 1  # reused
+
+    leaving.shutdown()
+    leaving.server_close()
+    prom.wait_for(f"count({dcgm.FB_USED}) == 24", timeout=30)
+    # Still inside the reuse interval: the reused answer knew the doomed nodes, so they show at once.
+    assert reader().vanished_nodes == ("doomed-00", "doomed-01") and look_backs() == 1
+    clock[0] = policy.telemetry.vanish_check_seconds + 1
+    assert reader().vanished_nodes == ("doomed-00", "doomed-01") and look_backs() == 2  # asked again
+    assert read_snapshot(real_query, policy).vanished_nodes == ("doomed-00", "doomed-01")
 
 
 KSM_TEXT = """\

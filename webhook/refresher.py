@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Callable
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from multiprocessing.connection import Connection
 
 from scoring.policy import BalancerPolicy
 from scoring.prometheus import TelemetryError
 from scoring.telemetry import ClusterSnapshot
-from webhook.cache import Telemetry
+from webhook.cache import Telemetry, assess
 
 CHILD_NICENESS = 10
 
 
 def _serve(policy: BalancerPolicy, connection: Connection, read: Callable[[], ClusterSnapshot] | None) -> None:
-    from webhook.cache import assess
-
     # Lower priority than the admissions it feeds: on a busy node the scheduler then runs the
     # webhook's request path first and this refresh in the gaps (a few seconds late is harmless).
     os.nice(CHILD_NICENESS)

@@ -116,6 +116,7 @@ def test_bad_requests_get_a_clear_4xx(live, body, status, message):
     assert message in response.json()["error"]
 
 
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")  # the old versions are the point
 def test_only_tls_1_2_or_newer_is_spoken(live, tls_files):
     _, port, _ = live
     paths, _ = tls_files

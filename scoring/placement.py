@@ -60,6 +60,16 @@ def base_headroom(node: NodeHeat) -> float:
     return factor * (0.25 + 0.75 * idle_cycles) * memory_room
 
 
+def preference_weight(relative_headroom: float, rank: int) -> int:
+    """The preferred term's weight, 1–100: the node's headroom relative to the best node's,
+    halved at each rank below the first. The ledger books a pod against its top node, so the
+    scheduler should follow the top unless its own scores (replica spread, resource fit) clearly
+    disagree: with near-equal weights it picks among the K on other grounds, the booking is
+    wrong, and the next pods of a burst pile onto the node it actually chose. The lower terms
+    remain as fallbacks when the top node fills first."""
+    return max(1, round(100 * relative_headroom / 2 ** rank))
+
+
 def headroom(base: float, gpus_free: int, pending_gpus: int) -> float:
     """Base headroom times the share of free GPUs not yet promised to pods steered since the
     telemetry was taken: as a node is promised pods its score falls in proportion to its free
@@ -94,30 +104,39 @@ def advise_group(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Ma
                  policy: PlacementPolicy, chosen_before: tuple[str, str] | None = None) -> NodeAdvice:
     """For a member of a distributed job: prefer the nodes of the one domain (NVLink clique, else
     network block, else zone) with the most free GPUs not yet promised, so that the job's pod
-    affinity finds room to pack; the domain `chosen_before` for the same job is kept while it
-    still has room, so the workers of a burst do not split. No domain known: no per-node
+    affinity finds room to pack. The domain `chosen_before` for the same job is kept for every
+    later worker, even when telemetry shows it full: that telemetry is older than the room the
+    job's own scheduling sees, and switching domains would split the job for certain, while
+    staying only risks the scheduler finding no room there. No domain known: no per-node
     preference at all."""
     if index.stale:
         return NO_ADVICE
     need = max(1, gpus_requested)
     room: dict[tuple[str, str], int] = {}
-    members: dict[tuple[str, str], list[tuple[float, int, str]]] = {}
+    members: dict[tuple[str, str], list[tuple[bool, float, int, str]]] = {}
     for base, free, name in index.ranked:
-        unpromised = free - pending_gpus.get(name, 0)
         labels = index.topology.get(name, ())
-        if unpromised < need or not labels:
+        if not labels:
             continue
         domain = labels[0]  # the tightest domain this node's labels name
-        room[domain] = room.get(domain, 0) + unpromised // need * need
-        members.setdefault(domain, []).append((headroom(base, free, pending_gpus.get(name, 0)), unpromised, name))
+        unpromised = free - pending_gpus.get(name, 0)
+        fits = unpromised >= need
+        room[domain] = room.get(domain, 0) + (unpromised // need * need if fits else 0)
+        members.setdefault(domain, []).append(
+            (fits, headroom(base, free, pending_gpus.get(name, 0)) if fits else 0.0, max(0, unpromised), name))
     hard, _ = _hard_avoidance(index, need=need, promised=sum(pending_gpus.values()), policy=policy)
-    if not room:
-        return NodeAdvice((), index.avoided, hard, "distributed job: no topology known, packed by pod affinity")
-    domain = chosen_before if chosen_before in room else max(room, key=lambda d: (room[d], d))
+    if chosen_before in members:
+        domain, why = chosen_before, "kept for the job"
+    elif any(room.values()):
+        domain = max(room, key=lambda d: (room[d], d))
+        why = f"has room ({room[domain]} GPUs)"
+    else:
+        why_none = f"no domain has room for {need} GPU(s)" if members else "no topology known"
+        return NodeAdvice((), index.avoided, hard, f"distributed job: {why_none}, packed by pod affinity")
     best = sorted(members[domain], reverse=True)[:policy.max_preferred_nodes]
-    preferred = tuple(NodePreference(name, max(1, round(100 * score / best[0][0]))) for score, _, name in best)
-    return NodeAdvice(preferred, index.avoided, hard,
-                      f"distributed job: {domain[0]}={domain[1]} has room ({room[domain]} GPUs)", domain)
+    top = max(best[0][1], 1e-9)
+    preferred = tuple(NodePreference(name, max(1, round(100 * score / top))) for _, score, _, name in best)
+    return NodeAdvice(preferred, index.avoided, hard, f"distributed job: {domain[0]}={domain[1]} {why}", domain)
 
 
 Candidate = tuple[float, int, str]
@@ -164,7 +183,8 @@ def advise(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Mapping[
     need = max(1, gpus_requested)
     if ranked is None:
         ranked = rank(index, need=need, pending_gpus=pending_gpus, k=policy.max_preferred_nodes)
-    preferred = tuple(NodePreference(name, max(1, round(100 * score / ranked[0][0]))) for score, _, name in ranked)
+    preferred = tuple(NodePreference(name, preference_weight(score / ranked[0][0], rank))
+                      for rank, (score, _, name) in enumerate(ranked))
     promised = sum(pending_gpus.values()) if pending_total is None else pending_total
     hard, skipped = _hard_avoidance(index, need=need, promised=promised, policy=policy)
     if not preferred:

@@ -32,14 +32,19 @@ def vs_stock(results: dict[str, PolicyResult], metric: str, name: str) -> str:
     return f" ({(results[name].metrics[metric] / base.metrics[metric] - 1) * 100:+.0f}%)"
 
 
+def _cell(results: dict[str, PolicyResult], metric: str, name: str) -> str:
+    value = results[name].metrics.get(metric)
+    if value is None:
+        return "n/a"  # e.g. no training job found a clique with room, so packing was not judged
+    compared = metric in ("node_util_cov", "hot_node_minutes", "p99_latency_ms")
+    return FORMATS.get(metric, "{:.2f}").format(value) + (vs_stock(results, metric, name) if compared else "")
+
+
 def as_table(scenario: str, seed: int, results: dict[str, PolicyResult]) -> str:
     columns = _columns(results)
     rows = [["policy", *columns]]
     for name, result in results.items():
-        rows.append([name, *(FORMATS.get(c, "{:.2f}").format(result.metrics.get(c, 0.0)) +
-                             (vs_stock(results, c, name) if c in ("node_util_cov", "hot_node_minutes",
-                                                                  "p99_latency_ms") else "")
-                             for c in columns)])
+        rows.append([name, *(_cell(results, c, name) for c in columns)])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [f"scenario {scenario}, seed {seed}"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]

@@ -29,6 +29,16 @@ def test_cool_nodes_with_headroom_are_preferred_and_hot_ones_avoided():
     assert not advice.hard, "hard avoidance is opt-in"
 
 
+def test_each_lower_preference_weighs_half_as_much_so_the_booked_top_node_leads():
+    advice = advise(indexed(*(node(f"n{i}", util=10 + i) for i in range(5))), gpus_requested=1, pending_gpus={},
+                    policy=POLICY)
+    weights = [p.weight for p in advice.preferred]
+    assert [p.node for p in advice.preferred] == ["n0", "n1", "n2", "n3", "n4"]
+    assert weights[0] == 100
+    for rank in range(1, 5):  # near-equal headroom: the rank decides the weight
+        assert weights[rank] <= weights[rank - 1] / 2 + 1 and weights[rank] >= weights[0] * 0.9 / 2 ** rank - 1
+
+
 def test_warm_nodes_rank_below_cool_ones():
     advice = advise(indexed(node("warm", tier=Tier.WARM, util=55), node("cool", util=45)),
                     gpus_requested=1, pending_gpus={}, policy=POLICY)
@@ -144,6 +154,13 @@ def test_a_distributed_job_is_steered_to_the_domain_with_the_most_room_and_stays
     sticky = advise_group(index, gpus_requested=2, pending_gpus={"b1": 4}, policy=POLICY, chosen_before=("clique", "B"))
     assert sticky.domain == ("clique", "B")
     assert advise_group(index_fleet(fleet(*nodes)), gpus_requested=4, pending_gpus={}, policy=POLICY).preferred == ()
+    # Even once telemetry shows B full, the job stays: moving on would split it for certain.
+    full = advise_group(index, gpus_requested=4, pending_gpus={"b1": 8, "b2": 4}, policy=POLICY,
+                        chosen_before=("clique", "B"))
+    assert full.domain == ("clique", "B") and {p.node for p in full.preferred} <= {"b1", "b2"}
+    assert "kept" in full.reason
+    fresh = advise_group(index, gpus_requested=4, pending_gpus={"b1": 8, "b2": 4}, policy=POLICY)
+    assert fresh.domain is None and fresh.preferred == () and "no domain has room" in fresh.reason
 
 
 def test_the_ledger_remembers_a_jobs_domain_until_telemetry_can_show_it():

@@ -35,8 +35,9 @@ def test_each_lower_preference_weighs_half_as_much_so_the_booked_top_node_leads(
     weights = [p.weight for p in advice.preferred]
     assert [p.node for p in advice.preferred] == ["n0", "n1", "n2", "n3", "n4"]
     assert weights[0] == 100
-    for rank in range(1, 5):  # near-equal headroom: the rank decides the weight
-        assert weights[rank] <= weights[rank - 1] / 2 + 1 and weights[rank] >= weights[0] * 0.9 / 2 ** rank - 1
+    for position in range(1, 5):  # near-equal headroom: the rank decides the weight
+        assert weights[position] <= weights[position - 1] / 2 + 1
+        assert weights[position] >= weights[0] * 0.9 / 2 ** position - 1
 
 
 def test_warm_nodes_rank_below_cool_ones():

@@ -58,7 +58,7 @@ class AdmissionRequest:
 
 def dump_json(value: Any) -> bytes:
     """Compact JSON, by orjson on the hot path; the standard library for what orjson cannot
-    encode (integers beyond 64 bits that a lenient decode let in)."""
+    encode (integers beyond 64 bits, which only the lenient decode below lets in)."""
     try:
         return orjson.dumps(value)
     except TypeError:
@@ -66,8 +66,9 @@ def dump_json(value: Any) -> bytes:
 
 
 def _decode_leniently(body: bytes) -> Any:
-    """What orjson refuses but is still a readable body (integers beyond 64 bits, NaN): the
-    standard library decides, so nothing it accepted before is turned away."""
+    """A body orjson refuses (NaN, Infinity, numbers beyond a double's range) that the standard
+    library still reads: it decides, so nothing this webhook accepted before is turned away.
+    An API server never sends such numbers; only hand-made reviews do."""
     try:
         return json.loads(body)
     except (ValueError, RecursionError) as error:

@@ -88,3 +88,14 @@ def test_deeply_nested_and_oversized_bodies_are_review_errors():
             assert str(error)
         else:
             raise AssertionError("accepted")
+
+
+def test_bodies_only_the_standard_library_reads_are_still_answered():
+    # NaN and out-of-range numbers are not JSON an API server sends, but the webhook read them
+    # before it decoded with orjson, and must keep answering them rather than turn them away.
+    for junk in ("NaN", "Infinity", "1e400", str(2**70)):
+        body = json.dumps(review(gpu_pod(1)))[:-1] + f', "extra": {junk}}}'
+        request = decode_review(body.encode())
+        decision = decide(request, index=index_fleet(fleet(node("a"))), telemetry_time=NOW, snapshot_age_seconds=1,
+                          ledger=SteeringLedger(60), policy=PlacementPolicy(), now=NOW)
+        assert decision.review["response"]["allowed"] is True and decision.outcome == "mutated"

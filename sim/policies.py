@@ -13,7 +13,6 @@ from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler.plan import plan_evictions
 from scoring.heat import fleet_heat
-from scoring.placement import index_fleet
 from scoring.policy import BalancerPolicy, default_policy
 from scoring.prometheus import WindowStats, topology_keys
 from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
@@ -21,6 +20,7 @@ from scoring.telemetry import GpuSample, PodRef
 from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
 from sim.scheduler import choose, evaluate
 from webhook.admit import decide
+from webhook.cache import telemetry_of
 from webhook.ledger import SteeringLedger
 from webhook.review import decode_review, patched, pod_review
 
@@ -159,19 +159,20 @@ class GpuBalancer(Stock):
                                   node_labels=node_labels, topology_keys=keys)
         fleet = fleet_heat(snapshot, self.policy.heat, now=now,
                            staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
-        index = index_fleet(fleet, {n.name: n.topology for n in snapshot.nodes if n.topology})
-        self.ledger.prepare(index)
-        self._telemetry, self._telemetry_tick = (snapshot, fleet, index), world.tick
+        telemetry = telemetry_of(snapshot, fleet)
+        self.ledger.prepare(telemetry.index)
+        self._telemetry, self._telemetry_tick = (snapshot, fleet, telemetry), world.tick
         return self._telemetry
 
     def place(self, world: World, pod: SimPod) -> str | None:
         telemetry = self.telemetry(world)
         now = sim_time(world)
         if "gpu-balancer.io/advice" not in pod.obj["metadata"].get("annotations", {}):
-            snapshot, _, index = telemetry if telemetry else (None, None, None)
-            decision = decide(decode_review(json.dumps(pod_review(pod.obj)).encode()), index=index,
-                              telemetry_time=snapshot.newest_sample_at if snapshot else None,
-                              snapshot_age_seconds=snapshot.age_seconds(now) if snapshot else None,
+            fresh = telemetry[2] if telemetry else None
+            decision = decide(decode_review(json.dumps(pod_review(pod.obj)).encode()),
+                              index=fresh.index if fresh else None,
+                              telemetry_time=fresh.sampled_at if fresh else None,
+                              snapshot_age_seconds=fresh.age_seconds(now) if fresh else None,
                               ledger=self.ledger, policy=self.policy.placement, now=now)
             pod.obj = patched(pod.obj, decision.review)
         return super().place(world, pod)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from scoring.heat import fleet_heat
+from scoring.heat import FleetHeat, fleet_heat
 from scoring.placement import PlacementIndex, index_fleet
 from scoring.policy import BalancerPolicy
 from scoring.telemetry import ClusterSnapshot
@@ -38,8 +38,13 @@ class Telemetry:
 
 def assess(snapshot: ClusterSnapshot, policy: BalancerPolicy, now: datetime) -> Telemetry:
     """Heat model and ranking for one snapshot. Pure."""
-    fleet = fleet_heat(snapshot, policy.heat, now=now,
-                       staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
+    return telemetry_of(snapshot, fleet_heat(snapshot, policy.heat, now=now,
+                                             staleness_limit_seconds=policy.telemetry.staleness_limit_seconds))
+
+
+def telemetry_of(snapshot: ClusterSnapshot, fleet: FleetHeat) -> Telemetry:
+    """The ranking for a snapshot whose heat is already known (the simulator keeps the heat for
+    its descheduler too). Pure."""
     index = index_fleet(fleet, {n.name: n.topology for n in snapshot.nodes if n.topology})
     return Telemetry(index, snapshot.newest_sample_at or snapshot.taken_at, len(snapshot.nodes))
 

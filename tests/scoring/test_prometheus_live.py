@@ -87,15 +87,26 @@ def test_the_series_selector_limits_every_query_to_one_cluster(fake_dcgm, promet
     assert {n.name for n in snapshot.nodes} == {n.replace("gpu-node-", "staging-") for n in expected_by_node(SPEC)}
 
 
-def test_nodes_whose_exporter_disappears_become_unhealthy(fake_dcgm, prometheus):
+def fleet_losing_two_nodes(fake_dcgm, prometheus):
+    """Prometheus scraping SPEC plus two `doomed-` nodes, and a function that stops the doomed
+    nodes' exporter and waits until Prometheus has marked their series stale."""
     stays = fake_dcgm(SPEC)
     leaving = make_server(render_exposition(generate_fleet(replace(SPEC, nodes=2, node_prefix="doomed-"))), port=0)
     serve_in_background(leaving)
     prom = prometheus(stays, f"127.0.0.1:{leaving.server_port}")
     prom.wait_for(dcgm.FB_USED, at_least=32)
-    leaving.shutdown()
-    leaving.server_close()
-    prom.wait_for(f"count({dcgm.FB_USED}) == 24", timeout=30)  # stale markers landed
+
+    def lose():
+        leaving.shutdown()
+        leaving.server_close()
+        prom.wait_for(f"count({dcgm.FB_USED}) == 24", timeout=30)  # stale markers landed
+
+    return prom, lose
+
+
+def test_nodes_whose_exporter_disappears_become_unhealthy(fake_dcgm, prometheus):
+    prom, lose = fleet_losing_two_nodes(fake_dcgm, prometheus)
+    lose()
     snapshot, fleet = heat_from(prom.url)
     assert snapshot.vanished_nodes == ("doomed-00", "doomed-01")
     doomed = [n for n in fleet.nodes if n.name.startswith("doomed-")]
@@ -104,11 +115,7 @@ def test_nodes_whose_exporter_disappears_become_unhealthy(fake_dcgm, prometheus)
 
 
 def test_a_refreshing_reader_reuses_the_look_back_and_still_sees_exporters_vanish(fake_dcgm, prometheus):
-    stays = fake_dcgm(SPEC)
-    leaving = make_server(render_exposition(generate_fleet(replace(SPEC, nodes=2, node_prefix="doomed-"))), port=0)
-    serve_in_background(leaving)
-    prom = prometheus(stays, f"127.0.0.1:{leaving.server_port}")
-    prom.wait_for(dcgm.FB_USED, at_least=32)
+    prom, lose = fleet_losing_two_nodes(fake_dcgm, prometheus)
     policy = policy_for(prom.url)
     asked: list[str] = []
     real_query = connect(policy.prometheus)
@@ -126,9 +133,7 @@ def test_a_refreshing_reader_reuses_the_look_back_and_still_sees_exporters_vanis
     clock[0] = policy.telemetry.vanish_check_seconds - 1
     assert reader().nodes == first.nodes and look_backs() == 1  # reused
 
-    leaving.shutdown()
-    leaving.server_close()
-    prom.wait_for(f"count({dcgm.FB_USED}) == 24", timeout=30)
+    lose()
     # Still inside the reuse interval: the reused answer knew the doomed nodes, so they show at once.
     assert reader().vanished_nodes == ("doomed-00", "doomed-01") and look_backs() == 1
     clock[0] = policy.telemetry.vanish_check_seconds + 1

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy, PolicyError, default_policy, parse_policy
-from scoring.prometheus import TelemetryError, connect, read_snapshot
+from scoring.prometheus import TelemetryError, connect, read_snapshot, utilisation_selector
 
 
 class UsageError(Exception):
@@ -47,10 +47,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     policy = load_policy(args.config, args.prometheus_url)
     snapshot = read_snapshot(connect(policy.prometheus), policy)
+    if not snapshot.nodes and not snapshot.vanished_nodes:
+        looked_for = utilisation_selector(policy.prometheus.selector_matchers)
+        detail = f" ({snapshot.warnings[0]})" if snapshot.warnings else ""
+        raise TelemetryError(f"Prometheus at {policy.prometheus.url} holds no DCGM GPU series: looked for "
+                             f"{looked_for}{detail}. Is dcgm-exporter scraped, and does the policy's "
+                             "prometheus.seriesSelector match its series?")
     fleet = fleet_heat(snapshot, policy.heat, now=datetime.now(timezone.utc),
                        staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
     if args.output == "json":
-        print(heat_as_json(fleet))
+        print(heat_as_json(fleet, snapshot.warnings))
     else:
         print(heat_as_table(fleet, colour=_wants_colour(sys.stdout)))
         for warning in snapshot.warnings:

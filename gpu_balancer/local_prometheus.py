@@ -38,6 +38,9 @@ class LocalPrometheus:
 
     targets: list[ScrapeTarget]
     scrape_interval: str = "1s"
+    honor_labels: bool = False
+    """Keep the scraped series' own `job`, `instance`, `pod`... as a ServiceMonitor with
+    `honorLabels: true` does."""
     binary: str = "prometheus"
     storage: Path | None = None
     """An existing TSDB directory (e.g. backfilled blocks); a fresh temporary one otherwise."""
@@ -61,6 +64,7 @@ class LocalPrometheus:
             "global": {"scrape_interval": self.scrape_interval, "scrape_timeout": self.scrape_interval},
             "scrape_configs": [{
                 "job_name": "dcgm",
+                "honor_labels": self.honor_labels,
                 "static_configs": [{"targets": [t.address], "labels": t.labels} for t in self.targets],
             }],
         }

@@ -19,6 +19,11 @@ DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
 GPU_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, FB_FREE, GPU_TEMP, POWER_USAGE, XID_ERRORS)
 """Every per-GPU gauge a snapshot is built from."""
 
+UTILISATION_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE)
+"""A unit (GPU or MIG instance) is counted when it reports one of these: every exporter
+configuration and every MIG instance reports at least one, while the framebuffer gauges are
+missing on H100 MIG instances and in trimmed counter sets."""
+
 HELP = {
     GPU_UTIL: ("gauge", "GPU utilization (in %)."),
     FB_USED: ("gauge", "Framebuffer memory used (in MiB)."),

@@ -22,6 +22,11 @@ class Tier(enum.IntEnum):
         return self.name.lower()
 
 
+SIGNALS = ("utilisation", "memory", "temperature")
+"""The gauges the tier is judged on. XIDs are not listed: Prometheus returns only non-zero ones,
+so a missing XID series cannot be told from a healthy GPU."""
+
+
 @dataclass(frozen=True, slots=True)
 class NodeHeat:
     name: str
@@ -30,11 +35,23 @@ class NodeHeat:
     gpu_util: float
     """Mean GPU utilisation, 0–100."""
     max_gpu_util: float
-    memory_used_fraction: float
+    memory_used_fraction: float | None
+    """None when no GPU of the node reports both framebuffer gauges: unknown, not empty."""
     max_temperature_c: float | None
     power_w: float | None
     tier: Tier
     reasons: tuple[str, ...]
+    signals: tuple[str, ...] = ()
+    """The signals the verdict rested on (`SIGNALS`)."""
+
+    @property
+    def missing_signals(self) -> tuple[str, ...]:
+        return tuple(signal for signal in SIGNALS if signal not in self.signals)
+
+    @property
+    def partial(self) -> bool:
+        """The verdict rests on partial telemetry: some signal is unknown for this node."""
+        return bool(self.missing_signals)
 
     @property
     def gpus_free(self) -> int:
@@ -43,9 +60,12 @@ class NodeHeat:
 
 def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
     """Load figures and the tier of one node, with a reason for every step above cool."""
-    fb_total = node.fb_used_mib + node.fb_free_mib
-    memory_fraction = node.fb_used_mib / fb_total if fb_total > 0 else 0.0
+    memory_fraction = node.memory_used_fraction
     mean_util = node.util_mean
+    signals = tuple(signal for signal, known in (
+        ("utilisation", node.util_count > 0 and node.util_count >= node.gpus),
+        ("memory", memory_fraction is not None),
+        ("temperature", node.temperature_max_c is not None)) if known)
 
     verdicts: list[tuple[Tier, str]] = []
     for gpu, xid in node.xids:
@@ -53,16 +73,17 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
             verdicts.append((Tier.UNHEALTHY, f"GPU {gpu} reported critical XID {xid}"))
     if node.gpus == 0:
         verdicts.append((Tier.UNHEALTHY, "no GPU series reported"))
-    elif node.gpus_seen_recently > node.gpus:
-        missing = node.gpus_seen_recently - node.gpus
-        verdicts.append((Tier.UNHEALTHY, f"{missing} of {node.gpus_seen_recently} GPU series vanished"))
+    elif node.gpus_vanished:
+        verdicts.append((Tier.UNHEALTHY, f"{node.gpus_vanished} GPU series vanished"))
     elif node.util_count == 0:
         verdicts.append((Tier.UNHEALTHY, "no utilisation series reported"))
     if mean_util >= policy.hot_util_percent:
         verdicts.append((Tier.HOT, f"mean GPU util {mean_util:.0f}% ≥ {policy.hot_util_percent:g}%"))
     elif mean_util >= policy.warm_util_percent:
         verdicts.append((Tier.WARM, f"mean GPU util {mean_util:.0f}% ≥ {policy.warm_util_percent:g}%"))
-    if memory_fraction >= policy.hot_memory_fraction:
+    if memory_fraction is None:
+        pass
+    elif memory_fraction >= policy.hot_memory_fraction:
         verdicts.append((Tier.HOT, f"GPU memory {memory_fraction:.0%} used ≥ {policy.hot_memory_fraction:.0%}"))
     elif memory_fraction >= policy.warm_memory_fraction:
         verdicts.append((Tier.WARM, f"GPU memory {memory_fraction:.0%} used ≥ {policy.warm_memory_fraction:.0%}"))
@@ -81,6 +102,7 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         power_w=node.power_w,
         tier=max((tier for tier, _ in verdicts), default=Tier.COOL),
         reasons=tuple(reason for _, reason in sorted(verdicts, key=lambda v: -v[0])),
+        signals=signals,
     )
 
 
@@ -106,7 +128,7 @@ def fleet_heat(snapshot: ClusterSnapshot, policy: HeatPolicy, *, now: datetime,
     """Heat of every reporting node, plus an `unhealthy` entry for each node whose series vanished."""
     heats = [node_heat(node, policy) for node in snapshot.nodes]
     for name in snapshot.vanished_nodes:
-        heats.append(NodeHeat(name, 0, 0, 0.0, 0.0, 0.0, None, None, Tier.UNHEALTHY,
+        heats.append(NodeHeat(name, 0, 0, 0.0, 0.0, None, None, None, Tier.UNHEALTHY,
                               ("all GPU series vanished",)))
     age = snapshot.age_seconds(now)
     stale = not snapshot.nodes or age > staleness_limit_seconds

@@ -21,7 +21,7 @@ from urllib3.util.retry import Retry
 
 from scoring import dcgm
 from scoring.policy import BalancerPolicy, PrometheusConnection
-from scoring.series import SUMMED, Series, build_snapshot, detect_node_label, ksm_label_name
+from scoring.series import Series, build_snapshot, detect_node_label, ksm_label_name
 from scoring.telemetry import ClusterSnapshot
 
 
@@ -46,7 +46,8 @@ QueryFn = Callable[[str], list[dict]]
 """Runs one instant PromQL query and returns Prometheus's `data.result` list."""
 
 _NODE = ", ".join(dcgm.NODE_LABEL_CANDIDATES)
-_WORKLOAD = "exported_pod, exported_namespace, pod, namespace"
+_WORKLOAD = "exported_pod, exported_namespace, exported_container, pod, namespace, container, job, service"
+"""The pod labels, and the target labels that tell the exporter's own pod from a workload."""
 
 
 def selector(metric: str, matchers: str, *extra: str) -> str:
@@ -55,48 +56,57 @@ def selector(metric: str, matchers: str, *extra: str) -> str:
     return f"{metric}{{{', '.join(parts)}}}"
 
 
+def utilisation_selector(matchers: str, *extra: str) -> str:
+    """Both utilisation gauges: every unit reports at least one (`dcgm.UTILISATION_METRICS`)."""
+    return selector("", matchers, f'__name__=~"{"|".join(dcgm.UTILISATION_METRICS)}"', *extra)
+
+
 def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_metrics: bool,
                      topology_keys: Sequence[str] = ()) -> dict[str, str]:
     """Every instant query a snapshot needs, by the row-set name `scoring.series` reads.
 
     Each DCGM gauge is scanned once: Prometheus aggregates per node where the figure is a sum or a
-    maximum, and returns one short row per GPU only for utilisation, which the builder needs per
-    node and per pod. The two utilisation gauges are fetched apart and merged by the builder,
+    maximum, and returns one short row per unit only for utilisation, which the builder needs per
+    node and per pod and from which it counts the units. The two utilisation gauges are fetched
+    apart, the preferred one whole and the other only where a unit lacks the preferred one,
     because a PromQL `or` join over 40,000 GPUs costs more than both fetches together.
+    Framebuffer figures sum only GPUs reporting both gauges: a missing FB_FREE is unknown, not 0.
     """
-    used = selector(dcgm.FB_USED, matchers)
-    per_gpu = f"{_NODE}, gpu, GPU_I_ID, {_WORKLOAD}"
-    summed = selector("", matchers, f'__name__=~"{"|".join(SUMMED.values())}"')
-    # Every GPU node has a GPU 0: its samples date the fleet at an eighth of the cost of all GPUs.
-    gpu_zero = selector(dcgm.FB_USED, matchers, 'gpu="0"')
+    per_unit = f"{_NODE}, gpu, GPU_I_ID, GPU_I_PROFILE, modelName, {_WORKLOAD}"
+    unit = f"{_NODE}, gpu, GPU_I_ID"
+    used, free = selector(dcgm.FB_USED, matchers), selector(dcgm.FB_FREE, matchers)
     gpu_resource = 'resource="nvidia_com_gpu"'
     requests_ = selector("kube_pod_container_resource_requests", matchers, gpu_resource, 'node!=""')
     phase = selector("kube_pod_status_phase", matchers, 'phase=~"Pending|Running"')
     allocatable = selector("kube_node_status_allocatable", matchers, gpu_resource)
+    gpu_requests = selector("kube_pod_container_resource_requests", matchers, 'resource=~"nvidia_com_.+"')
+    engine, util = selector(dcgm.GR_ENGINE_ACTIVE, matchers), selector(dcgm.GPU_UTIL, matchers)
+    preferred, other = ("gpu_engine_active", "gpu_util") if use_profiling_metrics else ("gpu_util", "gpu_engine_active")
+    gauges = {"gpu_engine_active": engine, "gpu_util": util}
+    recently = [f"count by ({unit}) (last_over_time({gauge}[{int(lookback_seconds)}s]))" for gauge in gauges.values()]
+    gpu_zero = 'gpu="0"'
+    newest = [f"timestamp({selector(metric, matchers, gpu_zero)})" for metric in dcgm.UTILISATION_METRICS]
     queries = {
-        "gpu_kinds": f"count by ({_NODE}, modelName, GPU_I_PROFILE) ({used})",
-        "gpu_util": f"max by ({per_gpu}) ({selector(dcgm.GPU_UTIL, matchers)})",
-        "sums": f"sum by (__name__, {_NODE}) ({summed})",
+        preferred: f"max by ({per_unit}) ({gauges[preferred]})",
+        other: f"max by ({per_unit}) ({gauges[other]} unless on ({unit}) {gauges[preferred]})",
+        "fb_used": f"sum by ({_NODE}) ({used} and {free})",
+        "fb_total": f"sum by ({_NODE}) ({used} + {free})",
+        "power": f"sum by ({_NODE}) ({selector(dcgm.POWER_USAGE, matchers)})",
         "temperature_max": f"max by ({_NODE}) ({selector(dcgm.GPU_TEMP, matchers)})",
         # Filter before grouping: only GPUs with an XID are hashed into groups.
-        "xids": f"max by ({_NODE}, gpu) ({selector(dcgm.XID_ERRORS, matchers)} > 0)",
-        "seen_recently": (f"count by ({_NODE}) (count by ({_NODE}, gpu, GPU_I_ID) "
-                          f"(last_over_time({used}[{int(lookback_seconds)}s])))"),
-        "newest_sample": f"max(timestamp({gpu_zero}))",
+        "xids": f"max by ({unit}) ({selector(dcgm.XID_ERRORS, matchers)} > 0)",
+        # Functions drop the metric name, so each gauge is reduced on its own before the union.
+        "seen_recently": f"count by ({_NODE}) ({' or '.join(recently)})",
+        # Every GPU node has a GPU 0: its samples date the fleet at an eighth of the cost of all GPUs.
+        "newest_sample": f"max({' or '.join(newest)})",
         "ksm_allocated": (f"sum by (node) ({requests_} * on (namespace, pod) group_left () "
                           f"max by (namespace, pod) ({phase}))"),
         "ksm_allocatable": f"max by (node) ({allocatable})",
+        "ksm_gpu_pods": f"max by (namespace, pod) ({gpu_requests} > 0)",
     }
     if topology_keys:
         labels = ", ".join(ksm_label_name(key) for key in topology_keys)
         queries["node_labels"] = f"max by (node, {labels}) ({selector('kube_node_labels', matchers)})"
-    if use_profiling_metrics:
-        engine = selector(dcgm.GR_ENGINE_ACTIVE, matchers)
-        queries["gpu_engine_active"] = f"max by ({per_gpu}) ({engine})"
-        # GPU_UTIL only where a GPU has no GR_ENGINE_ACTIVE: in a profiling fleet that is no rows
-        # instead of one per GPU, which costs less to decode than the `unless` costs to evaluate.
-        queries["gpu_util"] = (f"max by ({per_gpu}) ({selector(dcgm.GPU_UTIL, matchers)} "
-                               f"unless on ({_NODE}, gpu, GPU_I_ID) {engine})")
     return queries
 
 
@@ -178,8 +188,10 @@ def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime]
         taken_at=taken_at,
         node_label=policy.telemetry.node_label,
         gpus_seen_recently=seen_recently,
-        allocatable_gpus=answers.pop("ksm_allocatable"),
+        allocatable_gpus=(allocatable := answers.pop("ksm_allocatable")),
         allocated_gpus=answers.pop("ksm_allocated"),
+        # kube-state-metrics is scraped when it shows any GPU node; then it names the GPU pods.
+        gpu_pods=answers.pop("ksm_gpu_pods") if allocatable else None,
         node_labels=answers.pop("node_labels", ()),
         topology_keys=keys,
         newest_sample_at=datetime.fromtimestamp(newest[0].value, tz=timezone.utc) if newest else None,

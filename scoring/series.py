@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -31,15 +31,17 @@ Readings = Mapping[str, Sequence[Series]]
 """Per-GPU series by DCGM metric name."""
 
 Aggregates = Mapping[str, Sequence[Series]]
-"""Per-node rows by name: gpu_kinds (GPU count by node, modelName and GPU_I_PROFILE), gpu_util
-(each GPU's GPU_UTIL, 0–100, with its workload pod labels), gpu_engine_active (the same for
-GR_ENGINE_ACTIVE, 0–1, which wins where a GPU has both), sums (per-node sums by `__name__`, see
-`SUMMED`), temperature_max (hottest GPU per node), xids (last XID by node and gpu, non-zero)."""
+"""Rows by name. Per unit (GPU or MIG instance; labels: node, gpu, GPU_I_ID, GPU_I_PROFILE, modelName
+and the pod labels): gpu_util (GPU_UTIL, 0–100) and gpu_engine_active (GR_ENGINE_ACTIVE, 0–1; wins
+where a unit has both). Per node: fb_used and fb_total (MiB, summed over the GPUs that report both
+framebuffer gauges), power, temperature_max; xids (last XID by node, gpu and GPU_I_ID, non-zero)."""
+
+UnitKey = tuple[str, str, str]
+"""(node, gpu, MIG instance id or "") — one schedulable unit, or a MIG-enabled GPU's parent row."""
 
 _NO_NODE_LABEL = "no series carries a node label (tried " + ", ".join(dcgm.NODE_LABEL_CANDIDATES) + ")"
-
-SUMMED = {"fb_used": dcgm.FB_USED, "fb_free": dcgm.FB_FREE, "power": dcgm.POWER_USAGE}
-"""Per-node sums, read from the `sums` row set by metric name (`__name__`)."""
+_PER_UNIT = ("gpu_util", "gpu_engine_active")
+_EXPORTER_HINT = "dcgm-exporter"
 
 
 def detect_node_label(rows: Iterable[Series], configured: str = "auto") -> str:
@@ -62,30 +64,63 @@ def detect_node_label(rows: Iterable[Series], configured: str = "auto") -> str:
     return max(dcgm.NODE_LABEL_CANDIDATES, key=counts.__getitem__)
 
 
-def _pod_key(labels: Mapping[str, str]) -> tuple[str, str, bool]:
-    """(namespace, pod, exported?) from a row's workload labels."""
-    if labels.get("exported_pod"):
-        return labels.get("exported_namespace", ""), labels["exported_pod"], True
-    return labels.get("namespace", ""), labels.get("pod", ""), False
+def schedulable_units(keys: Iterable[UnitKey]) -> set[UnitKey]:
+    """The keys that are units a pod can be given: a MIG-enabled GPU's own row (no instance id
+    beside instance rows of the same GPU) is its parent, not a unit — the instances are."""
+    keys = set(keys)
+    partitioned = {(node, gpu) for node, gpu, instance in keys if instance}
+    return {key for key in keys if key[2] or (key[0], key[1]) not in partitioned}
 
 
-def workload_pods(pod_rows: Sequence[tuple[str, str, str, bool, int]],
-                  gpus_per_node: Mapping[str, int]) -> set[tuple[str, str, str]]:
-    """Which (node, namespace, pod) rows name a workload, following DESIGN.md's exporter facts.
+def _is_exporter_pod(labels: Mapping[str, str]) -> bool:
+    """A bare `pod` that is the scrape target's own: behind a ServiceMonitor with `honorLabels:
+    true` the idle GPUs keep the target's `container`, which is also its `job`/`service` name."""
+    container = labels.get("container", "")
+    if container and container in (labels.get("job"), labels.get("service")):
+        return True
+    return _EXPORTER_HINT in labels.get("pod", "") or _EXPORTER_HINT in container
 
-    Rows are (node, namespace, pod, exported, gpu count). `exported_*` labels always name the
-    workload. A bare `pod` names one only when no row anywhere is exported (else it is the
-    exporter's target label) and it does not cover every GPU of a multi-GPU node (then it is the
-    exporter's own pod name).
+
+def classify_workloads(units: Mapping[UnitKey, Mapping[str, str]],
+                       gpu_pods: Collection[tuple[str, str]] | None = None
+                       ) -> tuple[dict[UnitKey, PodRef], tuple[str, ...]]:
+    """Which unit is allocated to which workload pod, from the series' own labels (DESIGN.md's
+    exporter facts), and a warning for every pod it could not be sure of.
+
+    `exported_*` labels always name the workload. A bare `pod` does not when any series carries
+    `exported_pod` (it is the target label then), nor when the series mark it as the exporter's
+    own (`_is_exporter_pod`). Where kube-state-metrics is scraped (`gpu_pods`: the (namespace,
+    pod) pairs requesting a GPU resource), it decides. Without it, a bare pod covering every unit
+    of a multi-GPU node is as likely the exporter as a whole-node job: not credited, and said so.
     """
-    any_exported = any(exported for *_, exported, _ in pod_rows)
-    accepted = set()
-    for node, namespace, pod, exported, gpus in pod_rows:
-        if not pod:
+    any_exported = any(labels.get("exported_pod") for labels in units.values())
+    per_node: dict[str, int] = defaultdict(int)
+    cover: dict[tuple[str, str, str], int] = defaultdict(int)
+    for (node, *_), labels in units.items():
+        per_node[node] += 1
+        if pod := labels.get("pod"):
+            cover[node, labels.get("namespace", ""), pod] += 1
+    allocated: dict[UnitKey, PodRef] = {}
+    unsure: set[tuple[str, str, str]] = set()
+    for key, labels in units.items():
+        if labels.get("exported_pod"):
+            allocated[key] = PodRef(labels.get("exported_namespace", ""), labels["exported_pod"],
+                                    labels.get("exported_container", ""))
             continue
-        if exported or (not any_exported and not (gpus > 1 and gpus >= gpus_per_node.get(node, 0))):
-            accepted.add((node, namespace, pod))
-    return accepted
+        pod, namespace = labels.get("pod", ""), labels.get("namespace", "")
+        if not pod or any_exported or _is_exporter_pod(labels):
+            continue
+        if gpu_pods is not None:
+            if (namespace, pod) not in gpu_pods:
+                continue
+        elif per_node[key[0]] > 1 and cover[key[0], namespace, pod] >= per_node[key[0]]:
+            unsure.add((key[0], namespace, pod))
+            continue
+        allocated[key] = PodRef(namespace, pod, labels.get("container", ""))
+    warnings = tuple(f"node {node}: pod {namespace}/{pod} is on every GPU and nothing says whether it is the "
+                     f"exporter's own pod or a workload; not counted as an allocation (scrape kube-state-metrics "
+                     f"to decide)" for node, namespace, pod in sorted(unsure))
+    return allocated, warnings
 
 
 def build_snapshot(
@@ -96,35 +131,57 @@ def build_snapshot(
     gpus_seen_recently: Sequence[Series] = (),
     allocatable_gpus: Sequence[Series] = (),
     allocated_gpus: Sequence[Series] = (),
+    gpu_pods: Sequence[Series] | None = None,
     node_labels: Sequence[Series] = (),
     topology_keys: Sequence[str] = (),
     newest_sample_at: datetime | None = None,
 ) -> ClusterSnapshot:
-    """Assemble per-node rows into `NodeTelemetry`.
+    """Assemble rows into `NodeTelemetry`.
 
-    `gpus_seen_recently` (GPU series count per node over the look-back window, by node label)
-    reveals vanished GPUs and nodes; `allocatable_gpus` / `allocated_gpus` (by `node`) come from
-    kube-state-metrics and, when present, beat pod labels as the count of allocated GPUs.
+    `gpus_seen_recently` (series keys per node over the look-back window, by node label) reveals
+    vanished GPUs and nodes; `allocatable_gpus` / `allocated_gpus` (by `node`) and `gpu_pods` (by
+    `namespace`, `pod`) come from kube-state-metrics and, when present, beat pod labels.
     """
-    label = detect_node_label(aggregates.get("gpu_kinds", ()), node_label)
+    unit_rows = [row for name in _PER_UNIT for row in aggregates.get(name, ())]
+    label = detect_node_label(unit_rows, node_label)
     if not label:
-        warnings = (_NO_NODE_LABEL,) if aggregates.get("gpu_kinds") else ()
+        warnings = (_NO_NODE_LABEL,) if unit_rows else ()
         return ClusterSnapshot(taken_at=taken_at, nodes=(), warnings=warnings, newest_sample_at=newest_sample_at)
 
     def node_of(series: Series) -> str:
         return series.labels.get(label, "")
 
-    kinds: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
-    for row in aggregates.get("gpu_kinds", ()):
-        if node := node_of(row):
-            kinds[node][row.labels.get("modelName", ""), row.labels.get("GPU_I_PROFILE", "")] += int(row.value)
-    gpus = {node: sum(by_kind.values()) for node, by_kind in kinds.items()}
+    per_key: dict[UnitKey, tuple[float, Mapping[str, str]]] = {}
+    for name, scale in (("gpu_util", 1.0), ("gpu_engine_active", 100.0)):  # the engine ratio wins: last
+        for row in aggregates.get(name, ()):
+            if node := node_of(row):
+                key = (node, row.labels.get("gpu", ""), row.labels.get("GPU_I_ID", ""))
+                per_key[key] = (min(100.0, max(0.0, row.value * scale)), row.labels)
+    units = schedulable_units(per_key)
+    reporting: dict[str, int] = defaultdict(int)
+    for node, *_ in per_key:
+        reporting[node] += 1
+    ksm_pods = None if gpu_pods is None else {
+        (row.labels.get("namespace", ""), row.labels.get("pod", "")) for row in gpu_pods}
+    allocated_to, unsure = classify_workloads({key: per_key[key][1] for key in units}, ksm_pods)
 
-    sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    metric_to_sum = {metric: name for name, metric in SUMMED.items()}
-    for row in aggregates.get("sums", ()):
-        if (node := node_of(row)) and (name := metric_to_sum.get(row.labels.get("__name__", ""))):
-            sums[node][name] += row.value
+    kinds: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+    util: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0.0])  # sum, count, max
+    pod_figures: dict[str, dict[tuple[str, str], list[float]]] = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))
+    for key in units:
+        value, labels = per_key[key]
+        node = key[0]
+        kinds[node][labels.get("modelName", ""), labels.get("GPU_I_PROFILE", "")] += 1
+        figures = util[node]
+        figures[0] += value
+        figures[1] += 1
+        figures[2] = max(figures[2], value)
+        if (pod := allocated_to.get(key)) is not None:
+            held = pod_figures[node][pod.namespace, pod.name]
+            held[0] += 1
+            held[1] += value
+
+    per_node = {name: _by_node(aggregates.get(name, ()), node_of) for name in ("fb_used", "fb_total", "power")}
     temperature: dict[str, float] = {}
     for row in aggregates.get("temperature_max", ()):
         if node := node_of(row):
@@ -132,59 +189,47 @@ def build_snapshot(
     xids: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for row in aggregates.get("xids", ()):
         if (node := node_of(row)) and row.value > 0:
-            xids[node].append((row.labels.get("gpu", "?"), int(row.value)))
-
-    per_gpu: dict[tuple[str, str, str], tuple[float, Mapping[str, str]]] = {}
-    for name, scale in (("gpu_util", 1.0), ("gpu_engine_active", 100.0)):  # the engine ratio wins: last
-        for row in aggregates.get(name, ()):
-            if node := node_of(row):
-                key = (node, row.labels.get("gpu", ""), row.labels.get("GPU_I_ID", ""))
-                per_gpu[key] = (min(100.0, max(0.0, row.value * scale)), row.labels)
-    util: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0.0])  # sum, count, max
-    pod_gpus: dict[tuple[str, str, str, bool], int] = defaultdict(int)
-    pod_util: dict[tuple[str, str, str, bool], float] = defaultdict(float)
-    for (node, _gpu, _mig), (value, labels) in per_gpu.items():
-        figures = util[node]
-        figures[0] += value
-        figures[1] += 1
-        figures[2] = max(figures[2], value)
-        key = (node, *_pod_key(labels))
-        pod_gpus[key] += 1
-        pod_util[key] += value
-    accepted = workload_pods([(*key, count) for key, count in pod_gpus.items()], gpus)
-    pods: dict[str, list[PodUsage]] = defaultdict(list)
-    for (node, namespace, pod, exported), count in pod_gpus.items():
-        if (node, namespace, pod) in accepted:
-            pods[node].append(PodUsage(namespace, pod, count, pod_util[(node, namespace, pod, exported)] / count))
+            gpu, instance = row.labels.get("gpu", "?"), row.labels.get("GPU_I_ID", "")
+            xids[node].append((f"{gpu}/{instance}" if instance else gpu, int(row.value)))
 
     seen = _sum_by(gpus_seen_recently, label)
     allocatable = _sum_by(allocatable_gpus, "node")
     allocated = _sum_by(allocated_gpus, "node")
     topology = _topology(node_labels, topology_keys)
     nodes = []
-    for name in sorted(gpus):
-        util_sum, util_count, util_max = util.get(name, (0.0, 0, 0.0))
+    for name in sorted(kinds):
+        util_sum, util_count, util_max = util[name]
+        fb_total = per_node["fb_total"].get(name)
         nodes.append(NodeTelemetry(
             name=name,
-            gpus=gpus[name],
+            gpus=sum(kinds[name].values()),
             util_sum=util_sum,
             util_count=int(util_count),
             util_max=util_max,
-            fb_used_mib=sums[name].get("fb_used", 0.0),
-            fb_free_mib=sums[name].get("fb_free", 0.0),
+            fb_used_mib=per_node["fb_used"].get(name, 0.0) if fb_total else None,
+            fb_total_mib=fb_total or None,
             temperature_max_c=temperature.get(name),
-            power_w=sums[name].get("power"),
+            power_w=per_node["power"].get(name),
             gpu_kinds=tuple(GpuKind(model, profile, count) for (model, profile), count in sorted(kinds[name].items())),
             xids=tuple(sorted(xids[name], key=lambda x: _natural(x[0]))),
-            pods=tuple(sorted(pods[name], key=lambda p: (p.namespace, p.name))),
-            gpus_seen_recently=max(seen.get(name, 0), gpus[name]),
+            pods=tuple(PodUsage(namespace, pod, int(count), total / count)
+                       for (namespace, pod), (count, total) in sorted(pod_figures[name].items())),
+            gpus_vanished=max(0, seen.get(name, 0) - reporting[name]),
             allocatable_gpus=allocatable.get(name),
             allocated_gpus=allocated.get(name),
             topology=topology.get(name, ()),
         ))
-    vanished = tuple(sorted(name for name, count in seen.items() if count > 0 and name not in gpus))
+    vanished = tuple(sorted(name for name, count in seen.items() if count > 0 and name not in kinds))
     return ClusterSnapshot(taken_at=taken_at, nodes=tuple(nodes), node_label=label, vanished_nodes=vanished,
-                           newest_sample_at=newest_sample_at)
+                           newest_sample_at=newest_sample_at, warnings=unsure)
+
+
+def _by_node(rows: Sequence[Series], node_of) -> dict[str, float]:
+    totals: dict[str, float] = defaultdict(float)
+    for row in rows:
+        if node := node_of(row):
+            totals[node] += row.value
+    return dict(totals)
 
 
 def ksm_label_name(key: str) -> str:
@@ -218,12 +263,19 @@ def _natural(text: str) -> tuple[int, int | str]:
 # --- per-GPU series (exposition text) -------------------------------------------------------------
 
 def gpu_samples(readings: Readings, *, node_label: str = "auto", use_profiling_metrics: bool = True) -> list[GpuSample]:
-    """One `GpuSample` per GPU (or MIG instance) in per-GPU series, pods resolved by `workload_pods`."""
+    """One `GpuSample` per GPU (or MIG instance) in per-GPU series, pods resolved by `classify_workloads`
+    over the units that report utilisation, as the Prometheus path sees them."""
+    return _samples(readings, node_label, use_profiling_metrics)[0]
+
+
+def _samples(readings: Readings, node_label: str, use_profiling_metrics: bool
+             ) -> tuple[list[GpuSample], tuple[str, ...]]:
+    """`gpu_samples` and the workload warnings of `classify_workloads`."""
     label = detect_node_label((s for rows in readings.values() for s in rows), node_label)
     if not label:
-        return []
-    values: dict[str, dict[tuple[str, str, str], float]] = defaultdict(dict)
-    identity: dict[tuple[str, str, str], Mapping[str, str]] = {}
+        return [], ()
+    values: dict[str, dict[UnitKey, float]] = defaultdict(dict)
+    identity: dict[UnitKey, Mapping[str, str]] = {}
     for metric, rows in readings.items():
         for series in rows:
             node = series.labels.get(label, "")
@@ -233,18 +285,12 @@ def gpu_samples(readings: Readings, *, node_label: str = "auto", use_profiling_m
             values[metric][key] = series.value
             if len(series.labels) > len(identity.get(key, ())):
                 identity[key] = series.labels
-    gpus_per_node: dict[str, int] = defaultdict(int)
-    pod_counts: dict[tuple[str, str, str, bool], int] = defaultdict(int)
-    for key, labels in identity.items():
-        gpus_per_node[key[0]] += 1
-        pod_counts[(key[0], *_pod_key(labels))] += 1
-    accepted = workload_pods([(*k, n) for k, n in pod_counts.items()], gpus_per_node)
+    reporting = {key for metric in dcgm.UTILISATION_METRICS for key in values[metric]}
+    allocated_to, unsure = classify_workloads({key: identity[key] for key in schedulable_units(reporting)})
 
     samples = []
-    for key in sorted(identity, key=lambda k: (k[0], _natural(k[1]), k[2])):
+    for key in sorted(identity, key=lambda k: (k[0], _natural(k[1]), _natural(k[2]))):
         labels = identity[key]
-        namespace, pod, exported = _pod_key(labels)
-        container = labels.get("exported_container" if exported else "container", "")
         samples.append(GpuSample(
             node=key[0],
             gpu=key[1],
@@ -256,35 +302,37 @@ def gpu_samples(readings: Readings, *, node_label: str = "auto", use_profiling_m
             temperature_c=values[dcgm.GPU_TEMP].get(key),
             power_w=values[dcgm.POWER_USAGE].get(key),
             last_xid=_as_xid(values[dcgm.XID_ERRORS].get(key)),
-            pod=PodRef(namespace, pod, container) if (key[0], namespace, pod) in accepted else None,
+            pod=allocated_to.get(key),
             mig_profile=labels.get("GPU_I_PROFILE", ""),
             mig_instance=labels.get("GPU_I_ID", ""),
         ))
-    return samples
+    return samples, unsure
 
 
 def aggregate_samples(samples: Iterable[GpuSample]) -> dict[str, list[Series]]:
     """The rows Prometheus would return for these GPUs (node label: `node`)."""
-    kinds: dict[tuple, float] = defaultdict(float)
-    sums: dict[tuple, float] = defaultdict(float)
-    temperature: dict[tuple, float] = {}
+    per_node: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    temperature: dict[str, float] = {}
     rows: dict[str, list[Series]] = defaultdict(list)
     for s in samples:
-        node = (("node", s.node),)
-        kinds[node + (("modelName", s.model), ("GPU_I_PROFILE", s.mig_profile))] += 1
+        unit = {"node": s.node, "gpu": s.gpu, "GPU_I_ID": s.mig_instance}
         if s.util_percent is not None:
-            workload = () if s.pod is None else (("exported_namespace", s.pod.namespace), ("exported_pod", s.pod.name))
-            rows["gpu_util"].append(Series(dict(node + (("gpu", s.gpu),) + workload), s.util_percent))
-        for metric, value in ((dcgm.FB_USED, s.fb_used_mib), (dcgm.FB_FREE, s.fb_free_mib),
-                              (dcgm.POWER_USAGE, s.power_w)):
-            if value is not None:
-                sums[node + (("__name__", metric),)] += value
+            labels = unit | {"GPU_I_PROFILE": s.mig_profile, "modelName": s.model}
+            if s.pod is not None:
+                labels |= {"exported_namespace": s.pod.namespace, "exported_pod": s.pod.name,
+                           "exported_container": s.pod.container}
+            rows["gpu_util"].append(Series(labels, s.util_percent))
+        if s.fb_used_mib is not None and s.fb_free_mib is not None:
+            per_node["fb_used"][s.node] += s.fb_used_mib
+            per_node["fb_total"][s.node] += s.fb_used_mib + s.fb_free_mib
+        if s.power_w is not None:
+            per_node["power"][s.node] += s.power_w
         if s.temperature_c is not None:
-            temperature[node] = max(temperature.get(node, s.temperature_c), s.temperature_c)
+            temperature[s.node] = max(temperature.get(s.node, s.temperature_c), s.temperature_c)
         if s.last_xid:
-            rows["xids"].append(Series(dict(node + (("gpu", s.gpu),)), s.last_xid))
-    for name, by_labels in (("gpu_kinds", kinds), ("sums", sums), ("temperature_max", temperature)):
-        rows[name] = [Series(dict(labels), value) for labels, value in by_labels.items()]
+            rows["xids"].append(Series(unit, s.last_xid))
+    for name, by_node in (*per_node.items(), ("temperature_max", temperature)):
+        rows[name] = [Series({"node": node}, value) for node, value in by_node.items()]
     return dict(rows)
 
 
@@ -293,21 +341,22 @@ def snapshot_from_readings(readings: Readings, *, taken_at: datetime, node_label
                            ) -> ClusterSnapshot:
     """A snapshot straight from per-GPU series, e.g. one exporter's text, without Prometheus."""
     label = detect_node_label((s for rows in readings.values() for s in rows), node_label)
-    samples = gpu_samples(readings, node_label=label, use_profiling_metrics=use_profiling_metrics)
+    samples, unsure = _samples(readings, label, use_profiling_metrics)
     snapshot = build_snapshot(aggregate_samples(samples), taken_at=taken_at, node_label="node",
                               newest_sample_at=newest_sample_at)
-    warnings = (_NO_NODE_LABEL,) if not label and any(readings.values()) else ()
+    warnings = (_NO_NODE_LABEL,) if not label and any(readings.values()) else unsure
     return replace(snapshot, node_label=label, warnings=warnings)
 
 
-def _utilisation(values: Mapping[str, Mapping[tuple[str, str, str], float]], key: tuple[str, str, str],
+def _utilisation(values: Mapping[str, Mapping[UnitKey, float]], key: UnitKey,
                  use_profiling_metrics: bool) -> float | None:
-    if use_profiling_metrics:
-        engine_active = values[dcgm.GR_ENGINE_ACTIVE].get(key)
-        if engine_active is not None:
-            return min(100.0, max(0.0, engine_active * 100.0))
-    util = values[dcgm.GPU_UTIL].get(key)
-    return None if util is None else min(100.0, max(0.0, util))
+    """The preferred utilisation gauge, else the other: a unit that reports only one (H100 MIG
+    instances report only GR_ENGINE_ACTIVE) is still measured."""
+    engine, util = values[dcgm.GR_ENGINE_ACTIVE].get(key), values[dcgm.GPU_UTIL].get(key)
+    engine_percent = None if engine is None else engine * 100.0
+    first, second = (engine_percent, util) if use_profiling_metrics else (util, engine_percent)
+    value = first if first is not None else second
+    return None if value is None else min(100.0, max(0.0, value))
 
 
 def _as_xid(value: float | None) -> int:

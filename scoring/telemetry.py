@@ -71,16 +71,17 @@ class NodeTelemetry:
     util_count: int = 0
     """How many GPUs reported utilisation; the mean is `util_sum / util_count`."""
     util_max: float = 0.0
-    fb_used_mib: float = 0.0
-    fb_free_mib: float = 0.0
+    fb_used_mib: float | None = None
+    fb_total_mib: float | None = None
+    """Framebuffer used and total (MiB) over the GPUs that report both gauges; None when none does."""
     temperature_max_c: float | None = None
     power_w: float | None = None
     gpu_kinds: tuple[GpuKind, ...] = ()
     xids: tuple[tuple[str, int], ...] = ()
     """(gpu, last XID code) for every GPU whose last XID is non-zero."""
     pods: tuple[PodUsage, ...] = ()
-    gpus_seen_recently: int = 0
-    """GPU series seen within the vanish look-back window; more than `gpus` means some vanished."""
+    gpus_vanished: int = 0
+    """GPU series seen within the vanish look-back window that report no more."""
     allocatable_gpus: int | None = None
     """From `kube_node_status_allocatable`, when kube-state-metrics is scraped."""
     allocated_gpus: int | None = None
@@ -88,6 +89,12 @@ class NodeTelemetry:
     topology: tuple[tuple[str, str], ...] = ()
     """(node label, value) for the topology labels kube-state-metrics exports via `kube_node_labels`
     (NVLink clique, network block, zone), when it is configured to."""
+
+    @property
+    def memory_used_fraction(self) -> float | None:
+        if self.fb_used_mib is None or not self.fb_total_mib:
+            return None
+        return self.fb_used_mib / self.fb_total_mib
 
     @property
     def util_mean(self) -> float:

@@ -27,12 +27,12 @@ def _require_prometheus() -> None:
 
 
 @pytest.fixture
-def fake_dcgm() -> Iterator[Callable[..., str]]:
-    """Start fake-dcgm servers: `fake_dcgm(spec, hostname_label=..., profiling=...)` → "host:port"."""
+def exposition_server() -> Iterator[Callable[[str], str]]:
+    """Serve exposition text on loopback: `exposition_server(text)` → "host:port"."""
     servers = []
 
-    def start(spec: FleetSpec, **render_options) -> str:
-        server = make_server(render_exposition(generate_fleet(spec), **render_options), port=0)
+    def start(text: str) -> str:
+        server = make_server(text, port=0)
         serve_in_background(server)
         servers.append(server)
         return f"127.0.0.1:{server.server_port}"
@@ -44,13 +44,24 @@ def fake_dcgm() -> Iterator[Callable[..., str]]:
 
 
 @pytest.fixture
+def fake_dcgm(exposition_server) -> Callable[..., str]:
+    """Start fake-dcgm servers: `fake_dcgm(spec, hostname_label=..., profiling=...)` → "host:port"."""
+
+    def start(spec: FleetSpec, **render_options) -> str:
+        return exposition_server(render_exposition(generate_fleet(spec), **render_options))
+
+    return start
+
+
+@pytest.fixture
 def prometheus() -> Iterator[Callable[..., LocalPrometheus]]:
     """Start a real Prometheus scraping the given targets every second; stopped after the test."""
     _require_prometheus()
     started: list[LocalPrometheus] = []
 
-    def start(*targets: ScrapeTarget | str) -> LocalPrometheus:
-        instance = LocalPrometheus([t if isinstance(t, ScrapeTarget) else ScrapeTarget(t) for t in targets])
+    def start(*targets: ScrapeTarget | str, honor_labels: bool = False) -> LocalPrometheus:
+        instance = LocalPrometheus([t if isinstance(t, ScrapeTarget) else ScrapeTarget(t) for t in targets],
+                                   honor_labels=honor_labels)
         started.append(instance.start())
         return instance
 

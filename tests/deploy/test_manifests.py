@@ -183,3 +183,17 @@ def test_the_dashboard_is_grafana_json_covering_the_essentials():
     for needle in ("DCGM_FI_DEV_GPU_UTIL", "gpu_balancer_admissions_total", "gpu_balancer_admission_duration_seconds",
                    "gpu_balancer_snapshot_age_seconds", "gpu-balancer-descheduler"):
         assert needle in exprs
+
+
+def test_the_dashboard_groups_by_the_detected_node_label_and_prefers_the_engine_ratio():
+    from scoring import dcgm
+
+    dashboard = json.loads((DEPLOY / "monitoring" / "grafana-dashboard.json").read_text())
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == "node_label"]
+    for candidate in dcgm.NODE_LABEL_CANDIDATES:
+        assert candidate in variable["regex"]
+    dcgm_exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"] if "DCGM_FI" in t["expr"]]
+    assert dcgm_exprs
+    for expr in dcgm_exprs:
+        assert "by ($node_label)" in expr and "Hostname" not in expr
+        assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in expr and "or DCGM_FI_DEV_GPU_UTIL" in expr

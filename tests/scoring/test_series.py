@@ -33,7 +33,8 @@ def test_released_exporter_text_aggregates_into_node_telemetry():
     assert snapshot.node_label == "Hostname"
     (node,) = snapshot.nodes
     assert (node.name, node.gpus, node.util_mean, node.util_max) == ("gpu-a100-1", 2, 48.5, 97.0)
-    assert (node.fb_used_mib, node.fb_free_mib, node.temperature_max_c) == (76483.0, 4437.0 + 81043.0, 71.0)
+    assert (node.fb_used_mib, node.fb_total_mib, node.temperature_max_c) == (
+        76483.0, 76483.0 + 4437.0 + 81043.0, 71.0)
     assert node.power_w == pytest.approx(352.117 + 61.293)
     assert node.xids == (("1", 13),)
     assert node.pods == (PodUsage("serving", "llama-7b-6d9f8c7b5-x2k4p", 1, 97.0),)
@@ -91,7 +92,7 @@ def test_the_node_label_is_detected_in_the_documented_order(present, expected):
 
 
 def test_a_configured_node_label_is_used_as_is():
-    readings = {dcgm.FB_USED: [Series({"Hostname": "pod-x", "instance_node": "n7", "gpu": "0"}, 1.0)]}
+    readings = {dcgm.GPU_UTIL: [Series({"Hostname": "pod-x", "instance_node": "n7", "gpu": "0"}, 1.0)]}
     snapshot = snapshot_from_readings(readings, taken_at=NOW, node_label="instance_node")
     assert [n.name for n in snapshot.nodes] == ["n7"]
 
@@ -101,20 +102,20 @@ def test_nodes_seen_recently_but_silent_now_are_vanished():
     seen = [Series({"node": "n1"}, 2), Series({"node": "n2"}, 8)]
     snapshot = build_snapshot(rows, taken_at=NOW, gpus_seen_recently=seen)
     assert snapshot.vanished_nodes == ("n2",)
-    assert snapshot.nodes[0].gpus_seen_recently == 2
+    assert snapshot.nodes[0].gpus_vanished == 1
 
 
 def test_rows_for_one_node_under_several_label_sets_are_merged():
     rows = {
-        "gpu_kinds": [Series({"node": "n", "Hostname": "exporter-a", "modelName": "m"}, 2),
-                      Series({"node": "n", "Hostname": "exporter-b", "modelName": "m"}, 1)],
-        "sums": [Series({"node": "n", "__name__": dcgm.FB_USED, "Hostname": "exporter-a"}, 10.0),
-                 Series({"node": "n", "__name__": dcgm.FB_USED, "Hostname": "exporter-b"}, 5.0)],
+        "gpu_util": [Series({"node": "n", "Hostname": "exporter-a", "modelName": "m", "gpu": g}, 1.0) for g in "01"]
+        + [Series({"node": "n", "Hostname": "exporter-b", "modelName": "m", "gpu": "2"}, 1.0)],
+        "fb_used": [Series({"node": "n", "Hostname": "exporter-a"}, 10.0), Series({"node": "n", "Hostname": "exporter-b"}, 5.0)],
+        "fb_total": [Series({"node": "n", "Hostname": "exporter-a"}, 20.0), Series({"node": "n", "Hostname": "exporter-b"}, 10.0)],
         "temperature_max": [Series({"node": "n", "Hostname": "exporter-a"}, 60.0),
                             Series({"node": "n", "Hostname": "exporter-b"}, 70.0)],
     }
     (node,) = build_snapshot(rows, taken_at=NOW).nodes
-    assert (node.gpus, node.fb_used_mib, node.temperature_max_c) == (3, 15.0, 70.0)
+    assert (node.gpus, node.fb_used_mib, node.memory_used_fraction, node.temperature_max_c) == (3, 15.0, 0.5, 70.0)
 
 
 def test_series_without_a_node_label_are_reported_not_guessed():

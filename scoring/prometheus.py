@@ -70,11 +70,14 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_me
     node and per pod and from which it counts the units. The two utilisation gauges are fetched
     apart, the preferred one whole and the other only where a unit lacks the preferred one,
     because a PromQL `or` join over 40,000 GPUs costs more than both fetches together.
-    Framebuffer figures sum only GPUs reporting both gauges: a missing FB_FREE is unknown, not 0.
+    Memory is known on a node only where as many GPUs report FB_FREE as FB_USED (`fb_counts`): a
+    missing FB_FREE is unknown, not 0. (Summing only the GPUs with both, by a vector match, costs
+    Prometheus two joins over every GPU.)
     """
     per_unit = f"{_NODE}, gpu, GPU_I_ID, GPU_I_PROFILE, modelName, {_WORKLOAD}"
     unit = f"{_NODE}, gpu, GPU_I_ID"
-    used, free = selector(dcgm.FB_USED, matchers), selector(dcgm.FB_FREE, matchers)
+    summed = f'__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}|{dcgm.POWER_USAGE}"'
+    framebuffer = f'__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}"'
     gpu_resource = 'resource="nvidia_com_gpu"'
     requests_ = selector("kube_pod_container_resource_requests", matchers, gpu_resource, 'node!=""')
     phase = selector("kube_pod_status_phase", matchers, 'phase=~"Pending|Running"')
@@ -89,9 +92,8 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_me
     queries = {
         preferred: f"max by ({per_unit}) ({gauges[preferred]})",
         other: f"max by ({per_unit}) ({gauges[other]} unless on ({unit}) {gauges[preferred]})",
-        "fb_used": f"sum by ({_NODE}) ({used} and {free})",
-        "fb_total": f"sum by ({_NODE}) ({used} + {free})",
-        "power": f"sum by ({_NODE}) ({selector(dcgm.POWER_USAGE, matchers)})",
+        "sums": f"sum by (__name__, {_NODE}) ({selector('', matchers, summed)})",
+        "fb_counts": f"count by (__name__, {_NODE}) ({selector('', matchers, framebuffer)})",
         "temperature_max": f"max by ({_NODE}) ({selector(dcgm.GPU_TEMP, matchers)})",
         # Filter before grouping: only GPUs with an XID are hashed into groups.
         "xids": f"max by ({unit}) ({selector(dcgm.XID_ERRORS, matchers)} > 0)",

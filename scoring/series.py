@@ -33,8 +33,12 @@ Readings = Mapping[str, Sequence[Series]]
 Aggregates = Mapping[str, Sequence[Series]]
 """Rows by name. Per unit (GPU or MIG instance; labels: node, gpu, GPU_I_ID, GPU_I_PROFILE, modelName
 and the pod labels): gpu_util (GPU_UTIL, 0–100) and gpu_engine_active (GR_ENGINE_ACTIVE, 0–1; wins
-where a unit has both). Per node: fb_used and fb_total (MiB, summed over the GPUs that report both
-framebuffer gauges), power, temperature_max; xids (last XID by node, gpu and GPU_I_ID, non-zero)."""
+where a unit has both). Per node: sums (FB_USED, FB_FREE in MiB and POWER_USAGE in W, by `__name__`),
+fb_counts (how many series of each framebuffer gauge, by `__name__`), temperature_max; xids (last
+XID by node, gpu and GPU_I_ID, non-zero)."""
+
+SUMMED = {dcgm.FB_USED: "fb_used", dcgm.FB_FREE: "fb_free", dcgm.POWER_USAGE: "power"}
+"""Per-node sums, read from the `sums` rows by metric name."""
 
 UnitKey = tuple[str, str, str]
 """(node, gpu, MIG instance id or "") — one schedulable unit, or a MIG-enabled GPU's parent row."""
@@ -181,7 +185,8 @@ def build_snapshot(
             held[0] += 1
             held[1] += value
 
-    per_node = {name: _by_node(aggregates.get(name, ()), node_of) for name in ("fb_used", "fb_total", "power")}
+    sums = _by_node_and_name(aggregates.get("sums", ()), node_of)
+    fb_counts = _by_node_and_name(aggregates.get("fb_counts", ()), node_of)
     temperature: dict[str, float] = {}
     for row in aggregates.get("temperature_max", ()):
         if node := node_of(row):
@@ -199,17 +204,20 @@ def build_snapshot(
     nodes = []
     for name in sorted(kinds):
         util_sum, util_count, util_max = util[name]
-        fb_total = per_node["fb_total"].get(name)
+        # Memory is known where every GPU reporting FB_USED also reports FB_FREE.
+        counts = fb_counts.get(name, {})
+        memory_known = counts.get("fb_used", 0) > 0 and counts.get("fb_used") == counts.get("fb_free")
+        used, free = sums.get(name, {}).get("fb_used", 0.0), sums.get(name, {}).get("fb_free", 0.0)
         nodes.append(NodeTelemetry(
             name=name,
             gpus=sum(kinds[name].values()),
             util_sum=util_sum,
             util_count=int(util_count),
             util_max=util_max,
-            fb_used_mib=per_node["fb_used"].get(name, 0.0) if fb_total else None,
-            fb_total_mib=fb_total or None,
+            fb_used_mib=used if memory_known else None,
+            fb_total_mib=used + free if memory_known else None,
             temperature_max_c=temperature.get(name),
-            power_w=per_node["power"].get(name),
+            power_w=sums.get(name, {}).get("power"),
             gpu_kinds=tuple(GpuKind(model, profile, count) for (model, profile), count in sorted(kinds[name].items())),
             xids=tuple(sorted(xids[name], key=lambda x: _natural(x[0]))),
             pods=tuple(PodUsage(namespace, pod, int(count), total / count)
@@ -224,12 +232,13 @@ def build_snapshot(
                            newest_sample_at=newest_sample_at, warnings=unsure)
 
 
-def _by_node(rows: Sequence[Series], node_of) -> dict[str, float]:
-    totals: dict[str, float] = defaultdict(float)
+def _by_node_and_name(rows: Sequence[Series], node_of) -> dict[str, dict[str, float]]:
+    """Per node, the rows' values summed by `SUMMED` name (rows of one node under several label sets add up)."""
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for row in rows:
-        if node := node_of(row):
-            totals[node] += row.value
-    return dict(totals)
+        if (node := node_of(row)) and (name := SUMMED.get(row.labels.get("__name__", ""))):
+            totals[node][name] += row.value
+    return totals
 
 
 def ksm_label_name(key: str) -> str:
@@ -311,7 +320,8 @@ def _samples(readings: Readings, node_label: str, use_profiling_metrics: bool
 
 def aggregate_samples(samples: Iterable[GpuSample]) -> dict[str, list[Series]]:
     """The rows Prometheus would return for these GPUs (node label: `node`)."""
-    per_node: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    sums: dict[tuple[str, str], float] = defaultdict(float)
+    counts: dict[tuple[str, str], float] = defaultdict(float)
     temperature: dict[str, float] = {}
     rows: dict[str, list[Series]] = defaultdict(list)
     for s in samples:
@@ -322,17 +332,19 @@ def aggregate_samples(samples: Iterable[GpuSample]) -> dict[str, list[Series]]:
                 labels |= {"exported_namespace": s.pod.namespace, "exported_pod": s.pod.name,
                            "exported_container": s.pod.container}
             rows["gpu_util"].append(Series(labels, s.util_percent))
-        if s.fb_used_mib is not None and s.fb_free_mib is not None:
-            per_node["fb_used"][s.node] += s.fb_used_mib
-            per_node["fb_total"][s.node] += s.fb_used_mib + s.fb_free_mib
-        if s.power_w is not None:
-            per_node["power"][s.node] += s.power_w
+        for metric, value in ((dcgm.FB_USED, s.fb_used_mib), (dcgm.FB_FREE, s.fb_free_mib),
+                              (dcgm.POWER_USAGE, s.power_w)):
+            if value is not None:
+                sums[s.node, metric] += value
+                if metric != dcgm.POWER_USAGE:
+                    counts[s.node, metric] += 1
         if s.temperature_c is not None:
             temperature[s.node] = max(temperature.get(s.node, s.temperature_c), s.temperature_c)
         if s.last_xid:
             rows["xids"].append(Series(unit, s.last_xid))
-    for name, by_node in (*per_node.items(), ("temperature_max", temperature)):
-        rows[name] = [Series({"node": node}, value) for node, value in by_node.items()]
+    for name, by_key in (("sums", sums), ("fb_counts", counts)):
+        rows[name] = [Series({"node": node, "__name__": metric}, value) for (node, metric), value in by_key.items()]
+    rows["temperature_max"] = [Series({"node": node}, value) for node, value in temperature.items()]
     return dict(rows)
 
 

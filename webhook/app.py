@@ -17,7 +17,7 @@ from webhook.admit import decide
 from webhook.cache import SnapshotCache
 from webhook.ledger import SteeringLedger
 from webhook.metrics import WebhookMetrics, create_metrics
-from webhook.review import MAX_BODY_BYTES, ReviewError, build_response, decode_review, dump_json
+from webhook.review import MAX_BODY_BYTES, BodyTooLarge, ReviewError, build_response, decode_review, dump_json
 
 log = logging.getLogger("gpu_balancer.webhook")
 
@@ -29,20 +29,21 @@ def _utcnow() -> datetime:
 async def _read_bounded(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ReviewError(f"body of {declared} bytes exceeds the {limit}-byte limit")
+        raise BodyTooLarge(f"body of {declared} bytes exceeds the {limit}-byte limit")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise ReviewError(f"body exceeds the {limit}-byte limit")
+            raise BodyTooLarge(f"body exceeds the {limit}-byte limit")
         chunks.append(chunk)
     return b"".join(chunks)
 
 
 def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: WebhookMetrics | None = None,
                ledger: SteeringLedger | None = None, clock: Callable[[], datetime] = _utcnow,
-               run_cache: bool = True) -> FastAPI:
-    """The webhook app. `cache` is started and stopped with the app unless `run_cache` is False."""
+               run_cache: bool = True, liveness: Callable[[], str | None] = lambda: None) -> FastAPI:
+    """The webhook app. `cache` is started and stopped with the app unless `run_cache` is False.
+    `liveness` names why the process should be restarted (`/healthz` fails), or returns None."""
     metrics = metrics or create_metrics()
     ledger = ledger or SteeringLedger(policy.placement.settle_seconds)
     cache.on_refresh.append(lambda telemetry: ledger.prepare(telemetry.index))
@@ -69,7 +70,7 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
             admission = decode_review(await _read_bounded(request, MAX_BODY_BYTES))
         except ReviewError as error:
             metrics.bad_requests.inc()
-            status = 413 if "limit" in str(error) else 400
+            status = 413 if isinstance(error, BodyTooLarge) else 400
             return JSONResponse({"error": str(error)}, status_code=status)
         now = clock()
         fresh = cache.fresh(now)
@@ -94,7 +95,9 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
 
     @app.get("/healthz")
     async def healthz() -> Response:
-        return PlainTextResponse("ok")
+        # Liveness: only what a restart can mend. Readiness never fails, admissions are always safe.
+        problem = liveness()
+        return PlainTextResponse("ok") if problem is None else PlainTextResponse(problem, status_code=503)
 
     @app.get("/readyz")
     async def readyz() -> Response:

@@ -30,6 +30,7 @@ class SteeringLedger:
         self._nodes: dict[str, tuple[float, int, int]] = {}  # name: (base, free, position in ranking)
         self._heap: list[tuple[float, int, int, str]] = []  # (-score, -unpromised, position, name)
         self._groups: dict[str, tuple[tuple[str, str], datetime]] = {}
+        self._group_order: deque[tuple[datetime, str]] = deque()
 
     def record(self, node: str, gpus: int, at: datetime) -> None:
         with self._lock:
@@ -47,17 +48,18 @@ class SteeringLedger:
     def group_domain(self, group: str, telemetry_time: datetime | None) -> tuple[str, str] | None:
         """The domain chosen for a distributed job's earlier workers, until telemetry can show them."""
         with self._lock:
+            self._expire(telemetry_time)
             entry = self._groups.get(group)
-            if entry is None:
-                return None
-            if telemetry_time is not None and entry[1] + self._settle <= telemetry_time:
-                del self._groups[group]
-                return None
-            return entry[0]
+            return None if entry is None else entry[0]
 
     def remember_group(self, group: str, domain: tuple[str, str], at: datetime) -> None:
         with self._lock:
             self._groups[group] = (domain, at)
+            self._group_order.append((at, group))
+
+    def groups_remembered(self) -> int:
+        with self._lock:
+            return len(self._groups)
 
     def prepare(self, index: PlacementIndex) -> None:
         """Rank a new snapshot's nodes now (O(n log n)), so the next admission does not have to."""
@@ -115,3 +117,9 @@ class SteeringLedger:
             if self._pending[node] <= 0:
                 del self._pending[node]
             self._push(node)
+        # Training jobs are forgotten with their telemetry like every booking, whether or not the
+        # same job is asked about again; a job remembered anew has a later entry of its own.
+        while self._group_order and self._group_order[0][0] + self._settle <= telemetry_time:
+            at, group = self._group_order.popleft()
+            if (entry := self._groups.get(group)) is not None and entry[1] == at:
+                del self._groups[group]

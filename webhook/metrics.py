@@ -15,6 +15,9 @@ class WebhookMetrics:
     snapshot_age: Gauge
     telemetry_errors: Counter
     bad_requests: Counter
+    reader_restarts: Counter
+    certificate_swaps: Counter
+    certificate_rejections: Counter
 
 
 def create_metrics(registry: CollectorRegistry | None = None) -> WebhookMetrics:
@@ -32,4 +35,12 @@ def create_metrics(registry: CollectorRegistry | None = None) -> WebhookMetrics:
                                  registry=registry),
         bad_requests=Counter("gpu_balancer_bad_requests_total", "Requests that were not usable AdmissionReviews.",
                              registry=registry),
+        reader_restarts=Counter("gpu_balancer_telemetry_reader_restarts_total",
+                                "Telemetry reader processes replaced, by why (exited, hung).", ["reason"],
+                                registry=registry),
+        certificate_swaps=Counter("gpu_balancer_certificate_swaps_total",
+                                  "New serving certificates taken into use.", registry=registry),
+        certificate_rejections=Counter("gpu_balancer_certificate_rejections_total",
+                                       "Changed certificate files not taken (pair mismatched or not valid now).",
+                                       registry=registry),
     )

@@ -22,7 +22,11 @@ MAX_WARNING_CHARS = 120
 
 
 class ReviewError(ValueError):
-    """The body is not an AdmissionReview we can answer; the message says why."""
+    """The body is not an AdmissionReview we can answer; the message says why (HTTP 400)."""
+
+
+class BodyTooLarge(ReviewError):
+    """The body exceeds `MAX_BODY_BYTES` (HTTP 413)."""
 
 
 class ResponseStatus(TypedDict, total=False):
@@ -78,7 +82,7 @@ def _decode_leniently(body: bytes) -> Any:
 def decode_review(body: bytes) -> AdmissionRequest:
     """Parse and check an AdmissionReview body."""
     if len(body) > MAX_BODY_BYTES:
-        raise ReviewError(f"body of {len(body)} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
+        raise BodyTooLarge(f"body of {len(body)} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
     try:
         review = orjson.loads(body)  # the hot path: several times faster than json.loads
     except orjson.JSONDecodeError:

@@ -11,7 +11,7 @@ import uvicorn
 from scoring.policy import BalancerPolicy
 from webhook.app import create_app
 from webhook.cache import SnapshotCache
-from webhook.metrics import create_metrics
+from webhook.metrics import WebhookMetrics, create_metrics
 from webhook.refresher import ChildProcessReader
 from webhook.tls import CertificateReloader, server_context
 
@@ -22,24 +22,37 @@ def tune_process_for_latency() -> None:
     sys.setswitchinterval(0.001)
 
 
-def tls_server(app: Any, *, tls_cert: str, tls_key: str, host: str, port: int,
-               log_level: str = "info") -> tuple[uvicorn.Server, CertificateReloader]:
+def tls_server(app: Any, *, tls_cert: str, tls_key: str, host: str, port: int, log_level: str = "info",
+               metrics: WebhookMetrics | None = None) -> tuple[uvicorn.Server, CertificateReloader]:
     """uvicorn serving `app` over TLS 1.2+, with a reloader for the certificate files."""
     config = uvicorn.Config(app, host=host, port=port, ssl_certfile=tls_cert, ssl_keyfile=tls_key,
                             log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
     config.load()
-    # Replace uvicorn's context with ours: TLS 1.2 at least, and one we can reload in place.
+    # Replace uvicorn's context with ours: TLS 1.2 at least, and one whose handshakes the
+    # reloader can switch to a newer certificate.
     config.ssl = server_context(tls_cert, tls_key)
-    return uvicorn.Server(config), CertificateReloader(config.ssl, tls_cert, tls_key)
+    reloader = CertificateReloader(config.ssl, tls_cert, tls_key)
+    if metrics is not None:
+        reloader.on_swap, reloader.on_reject = metrics.certificate_swaps.inc, metrics.certificate_rejections.inc
+    return uvicorn.Server(config), reloader
 
 
 def build_server(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: str, port: int,
                  log_level: str = "info") -> tuple[uvicorn.Server, CertificateReloader]:
     metrics = create_metrics()
-    reader = ChildProcessReader(policy)
+    reader = ChildProcessReader(policy, on_restart=lambda reason: metrics.reader_restarts.labels(reason).inc())
     cache = SnapshotCache(reader, policy, on_error=lambda _error: metrics.telemetry_errors.inc(), on_stop=reader.close)
-    app = create_app(policy, cache, metrics=metrics)
-    return tls_server(app, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, log_level=log_level)
+    limit = policy.telemetry.staleness_limit_seconds
+
+    def liveness() -> str | None:
+        failing = reader.failing_seconds()
+        if failing > limit:
+            return f"the telemetry reader has not answered for {failing:.0f}s (limit {limit:g}s)"
+        return None
+
+    app = create_app(policy, cache, metrics=metrics, liveness=liveness)
+    return tls_server(app, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, log_level=log_level,
+                      metrics=metrics)
 
 
 def serve(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: str = "0.0.0.0", port: int = 8443) -> int:

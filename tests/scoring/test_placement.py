@@ -169,3 +169,14 @@ def test_the_ledger_remembers_a_jobs_domain_until_telemetry_can_show_it():
     ledger.remember_group("ns/job=x", ("clique", "B"), NOW)
     assert ledger.group_domain("ns/job=x", NOW + timedelta(seconds=10)) == ("clique", "B")
     assert ledger.group_domain("ns/job=x", NOW + timedelta(seconds=31)) is None
+
+
+def test_the_ledger_forgets_a_jobs_domain_with_its_telemetry_even_if_never_asked_again():
+    ledger = SteeringLedger(settle_seconds=30)
+    for number in range(100):
+        ledger.remember_group(f"ns/job={number}", ("clique", "B"), NOW)
+    ledger.remember_group("ns/job=late", ("clique", "C"), NOW + timedelta(seconds=20))
+    assert ledger.groups_remembered() == 101
+    ledger.pending(NOW + timedelta(seconds=31))  # any later look at the ledger expires old entries
+    assert ledger.groups_remembered() == 1
+    assert ledger.group_domain("ns/job=late", NOW + timedelta(seconds=31)) == ("clique", "C")

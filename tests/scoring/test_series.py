@@ -109,8 +109,11 @@ def test_rows_for_one_node_under_several_label_sets_are_merged():
     rows = {
         "gpu_util": [Series({"node": "n", "Hostname": "exporter-a", "modelName": "m", "gpu": g}, 1.0) for g in "01"]
         + [Series({"node": "n", "Hostname": "exporter-b", "modelName": "m", "gpu": "2"}, 1.0)],
-        "fb_used": [Series({"node": "n", "Hostname": "exporter-a"}, 10.0), Series({"node": "n", "Hostname": "exporter-b"}, 5.0)],
-        "fb_total": [Series({"node": "n", "Hostname": "exporter-a"}, 20.0), Series({"node": "n", "Hostname": "exporter-b"}, 10.0)],
+        "sums": [Series({"node": "n", "__name__": metric, "Hostname": host}, value)
+                 for metric, host, value in ((dcgm.FB_USED, "exporter-a", 10.0), (dcgm.FB_USED, "exporter-b", 5.0),
+                                             (dcgm.FB_FREE, "exporter-a", 10.0), (dcgm.FB_FREE, "exporter-b", 5.0))],
+        "fb_counts": [Series({"node": "n", "__name__": metric, "Hostname": "exporter-a"}, 1.0)
+                      for metric in (dcgm.FB_USED, dcgm.FB_FREE)],
         "temperature_max": [Series({"node": "n", "Hostname": "exporter-a"}, 60.0),
                             Series({"node": "n", "Hostname": "exporter-b"}, 70.0)],
     }

@@ -29,7 +29,7 @@ from webhook.cache import SnapshotCache
 from webhook.refresher import ChildProcessReader
 from webhook.tls import CertificateReloader
 from tests.webhook.helpers import gpu_pod, review
-from tests.webhook.test_server_live import start_webhook, tls_files  # noqa: F401 - fixture
+from tests.webhook.test_server_live import run_in_background, start_webhook, tls_files  # noqa: F401 - fixture
 
 LOCALHOST = (ipaddress.ip_address("127.0.0.1"),)
 
@@ -85,17 +85,9 @@ def tls_only_server(tls_files):  # noqa: F811 - the imported fixture
     port = free_port()
     server, reloader = tls_server(app, tls_cert=str(paths["tls.crt"]), tls_key=str(paths["tls.key"]),
                                   host="127.0.0.1", port=port, log_level="warning")
-    reloader.interval = 0.05
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    reloader.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
+    stop = run_in_background(server, reloader, 0.05)
     yield port, paths, ca, reloader
-    reloader.stop()
-    server.should_exit = True
-    thread.join(timeout=10)
+    stop()
 
 
 def wait_until(condition, timeout: float) -> bool:
@@ -258,9 +250,9 @@ def test_under_load_a_torn_rotation_a_killed_and_a_hung_reader_fail_no_request(f
                     except (httpx.HTTPError, ValueError) as error:
                         failures.append(repr(error))
 
+    workers = [threading.Thread(target=admit, daemon=True) for _ in range(2)]
     try:
         assert wait_until(lambda: client.get("/readyz").json()["telemetry"] == "fresh", 20)
-        workers = [threading.Thread(target=admit, daemon=True) for _ in range(2)]
         for worker in workers:
             worker.start()
         time.sleep(1)
@@ -295,6 +287,9 @@ def test_under_load_a_torn_rotation_a_killed_and_a_hung_reader_fail_no_request(f
         time.sleep(1)
     finally:
         halt.set()
+        for worker in workers:  # let requests in flight finish before the server goes
+            if worker.is_alive():
+                worker.join(timeout=30)
         stop()
     assert failures == []
     assert len(steered) > 100 and all(patched for _, patched in steered), "steering never stopped"

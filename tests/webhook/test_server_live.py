@@ -32,14 +32,8 @@ def tls_files(tmp_path):
     return write_bundle(tmp_path / "tls", ca, serving), ca
 
 
-def start_webhook(prometheus_url, tls_files, *, reload_interval=0.2):
-    paths, _ = tls_files
-    policy = default_policy()
-    policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus_url, timeout_seconds=2),
-                     telemetry=replace(policy.telemetry, refresh_seconds=0.5, staleness_limit_seconds=60))
-    port = free_port()
-    server, reloader = build_server(policy, tls_cert=str(paths["tls.crt"]), tls_key=str(paths["tls.key"]),
-                                    host="127.0.0.1", port=port, log_level="warning")
+def run_in_background(server, reloader, reload_interval):
+    """Serve in a thread with the reloader ticking every `reload_interval`; returns a stop function."""
     reloader.interval = reload_interval
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -48,14 +42,30 @@ def start_webhook(prometheus_url, tls_files, *, reload_interval=0.2):
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.started
+
+    def stop():
+        reloader.stop()
+        server.should_exit = True
+        thread.join(timeout=10)
+
+    return stop
+
+
+def start_webhook(prometheus_url, tls_files, *, reload_interval=0.2):
+    paths, _ = tls_files
+    policy = default_policy()
+    policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus_url, timeout_seconds=2),
+                     telemetry=replace(policy.telemetry, refresh_seconds=0.5, staleness_limit_seconds=60))
+    port = free_port()
+    server, reloader = build_server(policy, tls_cert=str(paths["tls.crt"]), tls_key=str(paths["tls.key"]),
+                                    host="127.0.0.1", port=port, log_level="warning")
+    stop_server = run_in_background(server, reloader, reload_interval)
     client = httpx.Client(base_url=f"https://127.0.0.1:{port}", timeout=10,
                           verify=ssl.create_default_context(cafile=str(paths["ca.crt"])))
 
     def stop():
         client.close()
-        reloader.stop()
-        server.should_exit = True
-        thread.join(timeout=10)
+        stop_server()
 
     return client, port, reloader, stop
 

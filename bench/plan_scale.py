@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from descheduler.cluster import cluster_from_objects  # noqa: E402
+from descheduler.cluster import cluster_from_objects, namespace_object  # noqa: E402
 from descheduler.ledger import LedgerState  # noqa: E402
 from descheduler.plan import plan_evictions  # noqa: E402
 from scoring.heat import fleet_heat  # noqa: E402
-from scoring.policy import default_policy  # noqa: E402
+from scoring.policy import OptInPolicy, default_policy  # noqa: E402
 from scoring.prometheus import WindowStats  # noqa: E402
 from scoring.series import aggregate_samples, build_snapshot  # noqa: E402
 from sim.fleet import FleetSpec, generate_fleet  # noqa: E402
@@ -31,8 +31,9 @@ from sim.fleet import FleetSpec, generate_fleet  # noqa: E402
 
 def objects_for(samples, gpus_per_node: int) -> list[dict]:
     nodes = sorted({s.node for s in samples})
-    items = [{"kind": "Node", "metadata": {"name": n}, "status": {"allocatable": {"nvidia.com/gpu": str(gpus_per_node)}}}
-             for n in nodes]
+    items = [namespace_object(f"team-{number}", OptInPolicy()) for number in range(40)]
+    items += [{"kind": "Node", "metadata": {"name": n}, "status": {"allocatable": {"nvidia.com/gpu": str(gpus_per_node)}}}
+              for n in nodes]
     for s in samples:
         name = s.pod.name if s.pod else f"idle-{s.node}-{s.gpu}"
         items.append({"kind": "Pod", "metadata": {

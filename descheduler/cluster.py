@@ -1,6 +1,6 @@
 """The cluster as the planner sees it: pods and nodes from Kubernetes JSON, frozen. Pure, no I/O.
 
-Input is what `kubectl get nodes,pods -A -o json` prints (or the same objects read from the API).
+Input is what `kubectl get namespaces,nodes,pods -A -o json` prints (or the same objects read from the API).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from scoring.policy import PlacementPolicy
+from scoring.policy import OptInPolicy, PlacementPolicy
 from scoring.workloads import (BadQuantity, as_dict, as_list, gpu_request, is_gpu_resource, labels_of, parse_quantity,
                                training_group)
 
@@ -50,6 +50,18 @@ class NodeInfo:
 class Cluster:
     nodes: dict[str, NodeInfo]
     pods: tuple[PodInfo, ...]
+    opted_in_namespaces: frozenset[str] | None = None
+    """Namespaces carrying the opt-in label; None when no Namespace objects were read, so the
+    opt-in cannot be checked and no pod may be evicted."""
+
+    def why_namespace_excluded(self, namespace: str) -> str | None:
+        """None when pods of `namespace` may be evicted; otherwise why not."""
+        if self.opted_in_namespaces is None:
+            return ("namespace opt-in unknown: no Namespace objects were read "
+                    "(list them too: kubectl get namespaces,nodes,pods -A -o json)")
+        if namespace not in self.opted_in_namespaces:
+            return f"namespace {namespace} has not opted in"
+        return None
 
     @cached_property
     def _by_node(self) -> dict[str, list[PodInfo]]:
@@ -129,23 +141,37 @@ def node_info(obj: dict[str, Any], policy: PlacementPolicy) -> NodeInfo:
                     bool(spec.get("unschedulable")))
 
 
-def cluster_from_objects(items: Iterable[dict[str, Any]], policy: PlacementPolicy) -> Cluster:
+def namespace_object(name: str, opt_in: OptInPolicy | None = None) -> dict[str, Any]:
+    """A Namespace as `kubectl get -o json` prints it, opted in when `opt_in` is given."""
+    labels = {} if opt_in is None else {opt_in.label: opt_in.value}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def cluster_from_objects(items: Iterable[dict[str, Any]], policy: PlacementPolicy,
+                         opt_in: OptInPolicy | None = None) -> Cluster:
+    opt_in = opt_in or OptInPolicy()
     nodes: dict[str, NodeInfo] = {}
     pods: list[PodInfo] = []
+    namespaces: set[str] | None = None
     for obj in items:
         kind = obj.get("kind") if isinstance(obj, dict) else None
-        if kind == "Node":
+        if kind == "Namespace":
+            namespaces = set() if namespaces is None else namespaces
+            metadata = as_dict(obj.get("metadata"))
+            if labels_of(obj).get(opt_in.label) == opt_in.value and isinstance(metadata.get("name"), str):
+                namespaces.add(metadata["name"])
+        elif kind == "Node":
             node = node_info(obj, policy)
             nodes[node.name] = node
         elif kind == "Pod":
             pods.append(pod_info(obj, policy))
-    return Cluster(nodes, tuple(pods))
+    return Cluster(nodes, tuple(pods), None if namespaces is None else frozenset(namespaces))
 
 
-def cluster_from_list(document: Any, policy: PlacementPolicy) -> Cluster:
-    """From `kubectl get nodes,pods -A -o json` output; raises ValueError on anything else."""
+def cluster_from_list(document: Any, policy: PlacementPolicy, opt_in: OptInPolicy | None = None) -> Cluster:
+    """From `kubectl get namespaces,nodes,pods -A -o json` output; raises ValueError on anything else."""
     if not isinstance(document, dict) or not isinstance(document.get("items"), list):
-        raise ValueError("expected the JSON of `kubectl get nodes,pods -A -o json` (a List with items)")
-    return cluster_from_objects(document["items"], policy)
+        raise ValueError("expected the JSON of `kubectl get namespaces,nodes,pods -A -o json` (a List with items)")
+    return cluster_from_objects(document["items"], policy, opt_in)
 
 

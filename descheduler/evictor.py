@@ -1,7 +1,8 @@
 """The evictor: carries out a plan through the Eviction API and leaves an Event per eviction.
 
 Does I/O with the official `kubernetes` client (APIs injected). It alone owns dry-run: with
-`dry_run` it makes no write call at all.
+`dry_run` it evicts nothing, and its only write is a `WouldEvict` Event per planned eviction
+(when it has the Events API), so the choices show in `kubectl get events` before it acts.
 """
 
 from __future__ import annotations
@@ -31,11 +32,16 @@ class Outcome:
         return self.result in ("evicted", "dry-run", "gone")
 
 
-def _event(eviction: PlannedEviction, now: datetime, instance: str) -> client.EventsV1Event:
+def _event(eviction: PlannedEviction, now: datetime, instance: str, *, dry_run: bool = False
+           ) -> client.EventsV1Event:
+    what = ("Would be evicted by gpu-balancer (dry run: nothing was evicted)" if dry_run
+            else "Evicted by gpu-balancer")
     return client.EventsV1Event(
-        metadata=client.V1ObjectMeta(generate_name=f"{eviction.pod}.", namespace=eviction.namespace),
-        event_time=now, action="Evict", reason="GpuNodeSustainedHot", type="Normal",
-        note=f"Evicted by gpu-balancer from {eviction.node} so its controller recreates it on a cooler node: "
+        # Named as kubelet names its Events (object, a dot, a hex time): unique per pod and run.
+        metadata=client.V1ObjectMeta(name=f"{eviction.pod}.{int(now.timestamp() * 1e9):x}",
+                                     namespace=eviction.namespace),
+        event_time=now, action="Evict", reason="WouldEvict" if dry_run else "GpuNodeSustainedHot", type="Normal",
+        note=f"{what} from {eviction.node} so its controller recreates it on a cooler node: "
              f"{eviction.reason}"[:1024],
         reporting_controller=REPORTER, reporting_instance=instance,
         regarding=client.V1ObjectReference(api_version="v1", kind="Pod", name=eviction.pod,
@@ -48,6 +54,8 @@ def carry_out(plan: Plan, core: client.CoreV1Api | None, events: client.EventsV1
     for eviction in plan.evictions:
         if dry_run or core is None:
             outcomes.append(Outcome(eviction, "dry-run"))
+            log.info("would evict %s/%s from %s: %s", eviction.namespace, eviction.pod, eviction.node, eviction.reason)
+            _record(events, eviction, now, instance, dry_run=True)
             continue
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=eviction.pod, namespace=eviction.namespace))
         try:
@@ -68,9 +76,15 @@ def carry_out(plan: Plan, core: client.CoreV1Api | None, events: client.EventsV1
             continue
         outcomes.append(Outcome(eviction, "evicted"))
         log.info("evicted %s/%s from %s: %s", eviction.namespace, eviction.pod, eviction.node, eviction.reason)
-        if events is not None:
-            try:
-                events.create_namespaced_event(eviction.namespace, _event(eviction, now, instance))
-            except ApiException as error:  # the eviction happened; a missing Event is not worth failing for
-                log.warning("could not record an Event for %s/%s: %s", eviction.namespace, eviction.pod, error.status)
+        _record(events, eviction, now, instance, dry_run=False)
     return outcomes
+
+
+def _record(events: client.EventsV1Api | None, eviction: PlannedEviction, now: datetime, instance: str, *,
+            dry_run: bool) -> None:
+    if events is None:
+        return
+    try:
+        events.create_namespaced_event(eviction.namespace, _event(eviction, now, instance, dry_run=dry_run))
+    except ApiException as error:  # a missing Event is not worth failing the run for
+        log.warning("could not record an Event for %s/%s: %s", eviction.namespace, eviction.pod, error.status)

@@ -108,7 +108,7 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
         excess = heat[node_name].gpu_util - policy.sustained_util_percent
         candidates: list[tuple[PodInfo, float]] = []
         for pod in cluster.pods_on(node_name):
-            why_not = why_not_evictable(pod, policy)
+            why_not = cluster.why_namespace_excluded(pod.namespace) or why_not_evictable(pod, policy)
             if why_not is None and (until := ledger.cooldown_until(pod.workload, now, policy)):
                 why_not = f"workload in cooldown until {until.isoformat(timespec='minutes')}"
             if why_not:

@@ -25,13 +25,16 @@ class Report:
     outcomes: tuple[Outcome, ...]
 
     def as_dict(self) -> dict:
-        done = [o for o in self.outcomes if o.done]
+        def entry(outcome: Outcome) -> dict:
+            e = outcome.eviction
+            return {"namespace": e.namespace, "pod": e.pod, "node": e.node, "reason": e.reason}
+
         failed = [o for o in self.outcomes if not o.done]
         return {
             "dry_run": self.dry_run,
             "hot_nodes": list(self.plan.hot_nodes),
-            "evictions": [{"namespace": o.eviction.namespace, "pod": o.eviction.pod, "node": o.eviction.node,
-                           "reason": o.eviction.reason} for o in done],
+            "evictions": [entry(o) for o in self.outcomes if o.done and o.result != "dry-run"],
+            "would_evict": [entry(o) for o in self.outcomes if o.result == "dry-run"],
             "skipped": [{"namespace": s.namespace, "pod": s.pod, "reason": s.reason} for s in self.plan.skipped]
             + [{"namespace": o.eviction.namespace, "pod": o.eviction.pod, "reason": o.detail} for o in failed],
             "notes": list(self.plan.notes),
@@ -44,9 +47,10 @@ class Report:
 
 def live_cluster(core: client.CoreV1Api, policy: BalancerPolicy) -> Cluster:
     serialise = core.api_client.sanitize_for_serialization
+    namespaces = [dict(serialise(n), kind="Namespace") for n in core.list_namespace().items]
     nodes = [dict(serialise(n), kind="Node") for n in core.list_node().items]
     pods = [dict(serialise(p), kind="Pod") for p in core.list_pod_for_all_namespaces().items]
-    return cluster_from_objects(nodes + pods, policy.placement)
+    return cluster_from_objects(namespaces + nodes + pods, policy.placement, policy.opt_in)
 
 
 def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: Callable[[], datetime],
@@ -76,8 +80,9 @@ def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: C
 def report_as_table(report: Report) -> str:
     data = report.as_dict()
     lines = [f"{'DRY RUN: ' if report.dry_run else ''}hot nodes: {', '.join(data['hot_nodes']) or 'none'}"]
-    lines.append(f"evictions ({len(data['evictions'])}):" if data["evictions"] else "evictions: none")
-    lines += [f"  {e['namespace']}/{e['pod']} from {e['node']}: {e['reason']}" for e in data["evictions"]]
+    key, title = ("would_evict", "would evict") if report.dry_run else ("evictions", "evictions")
+    lines.append(f"{title} ({len(data[key])}):" if data[key] else f"{title}: none")
+    lines += [f"  {e['namespace']}/{e['pod']} from {e['node']}: {e['reason']}" for e in data[key]]
     if data["skipped"]:
         lines.append(f"skipped ({len(data['skipped'])}):")
         lines += [f"  {s['namespace']}/{s['pod']}: {s['reason']}" for s in data["skipped"]]

@@ -194,7 +194,8 @@ def cmd_deschedule(args: argparse.Namespace) -> int:
     core = events = None
     if args.cluster_file:
         try:
-            cluster = cluster_from_list(json_module.loads(Path(args.cluster_file).read_text()), policy.placement)
+            cluster = cluster_from_list(json_module.loads(Path(args.cluster_file).read_text()), policy.placement,
+                                        policy.opt_in)
         except OSError as error:
             raise UsageError(f"cannot read {args.cluster_file}: {error.strerror}") from None
         except ValueError as error:
@@ -208,7 +209,8 @@ def cmd_deschedule(args: argparse.Namespace) -> int:
             print(f"gpu-balancer deschedule: cannot list nodes and pods: {error.status} {error.reason}", file=sys.stderr)
             return 1
     report = run_once(policy, query=connect(policy.prometheus), cluster=cluster, core=core, events=events,
-                      dry_run=args.dry_run or core is None, now=lambda: datetime.now(timezone.utc))
+                      dry_run=args.dry_run or core is None or (policy.descheduler.dry_run and not args.live),
+                      now=lambda: datetime.now(timezone.utc))
     print(report_as_json(report) if args.output == "json" else report_as_table(report))
     return 1 if report.errors else 0
 
@@ -332,7 +334,12 @@ def build_parser() -> argparse.ArgumentParser:
     ensure_cmd.set_defaults(handler=cmd_certs_ensure)
 
     desched = commands.add_parser("deschedule", help="evict a few pods from GPU nodes that stay hot")
-    desched.add_argument("--dry-run", action="store_true", help="plan and report; make no write call")
+    mode = desched.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true",
+                      help="report what would be evicted (and, with API access, WouldEvict Events); evict nothing "
+                           "(the policy's descheduler.dryRun, true by default, does the same)")
+    mode.add_argument("--live", action="store_true",
+                      help="evict, even where the policy's descheduler.dryRun is true (the shipped base's)")
     desched.add_argument("--prometheus-url", help="Prometheus base URL (overrides the policy's)")
     desched.add_argument("--config", help="BalancerPolicy YAML file")
     desched.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")

@@ -163,6 +163,19 @@ class DeschedulerPolicy:
     """emptyDir/hostPath data is lost on eviction; off unless you know the pods tolerate it."""
     ledger_namespace: str = "gpu-balancer"
     ledger_name: str = "gpu-balancer-eviction-ledger"
+    dry_run: bool = True
+    """Report what would be evicted (JSON output and `WouldEvict` Events) and evict nothing. On by
+    default and in the shipped base: a new install shows its choices before it acts on them."""
+
+
+@dataclass(frozen=True)
+class OptInPolicy:
+    """The namespace label that opts a namespace in, named once for both halves: the webhook's
+    namespaceSelector (in the MutatingWebhookConfiguration, tested to match) and the descheduler,
+    which evicts only pods in namespaces carrying it."""
+
+    label: str = "gpu-balancer.io/enabled"
+    value: str = "true"
 
 
 @dataclass(frozen=True)
@@ -172,6 +185,7 @@ class BalancerPolicy:
     heat: HeatPolicy = field(default_factory=HeatPolicy)
     placement: PlacementPolicy = field(default_factory=PlacementPolicy)
     descheduler: DeschedulerPolicy = field(default_factory=DeschedulerPolicy)
+    opt_in: OptInPolicy = field(default_factory=OptInPolicy)
 
 
 def default_policy() -> BalancerPolicy:

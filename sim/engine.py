@@ -17,6 +17,8 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from descheduler.cluster import namespace_object
+from scoring.policy import OptInPolicy
 from sim.scenario import Scenario
 from sim.scheduler import IMAGE_SIZE_ANNOTATION, NodeState, pod_key
 
@@ -173,11 +175,15 @@ def bind(world: World, pod: SimPod, node: str) -> None:
 
 
 def cluster_objects(world: World) -> list[dict]:
-    """The world as `kubectl get nodes,pods -A -o json` would list it: nodes and bound pods."""
-    objects = [{"kind": "Node", "metadata": {"name": n.name}, "spec": {"unschedulable": n.unschedulable},
+    """The world as `kubectl get namespaces,nodes,pods -A -o json` would list it: its namespaces
+    (all opted in), nodes and bound pods."""
+    bound = [dict(p.obj, kind="Pod") for p in world.pods.values() if p.node is not None]
+    namespaces = sorted({pod.get("metadata", {}).get("namespace", "") for pod in bound})
+    objects = [namespace_object(name, OptInPolicy()) for name in namespaces]
+    objects += [{"kind": "Node", "metadata": {"name": n.name}, "spec": {"unschedulable": n.unschedulable},
                 "status": {"allocatable": {"nvidia.com/gpu": str(int(n.allocatable["nvidia.com/gpu"]))}}}
                for n in world.nodes.values()]
-    return objects + [dict(p.obj, kind="Pod") for p in world.pods.values() if p.node is not None]
+    return objects + bound
 
 
 def demand_now(world: World, service: Service) -> float:

@@ -107,7 +107,8 @@ def test_rbac_is_least_privilege(base):
                 assert rule.get("resourceNames") == ["gpu-balancer"]
     (descheduler,) = find(base, "ClusterRole", "gpu-balancer-descheduler")
     grants = {(r, v) for rule in descheduler["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    assert {("pods/eviction", "create"), ("pods", "list"), ("nodes", "list"), ("events", "create")} <= grants
+    assert {("pods/eviction", "create"), ("pods", "list"), ("nodes", "list"), ("events", "create"),
+            ("namespaces", "list")} <= grants
     assert not any(v in ("delete", "update", "patch") for r, v in grants if r == "pods")
 
 
@@ -167,6 +168,32 @@ def test_the_policy_configmap_is_a_valid_balancer_policy(base):
     (configmap,) = [o for o in find(base, "ConfigMap") if o["metadata"]["name"].startswith("gpu-balancer-policy")]
     policy = parse_policy(configmap["data"]["policy.yaml"])
     assert policy.placement.own_namespace == "gpu-balancer"
+
+
+def test_a_fresh_install_runs_the_descheduler_in_dry_run_bound_to_the_webhooks_opt_in(base):
+    from scoring.policy import parse_policy
+
+    (configmap,) = [o for o in find(base, "ConfigMap") if o["metadata"]["name"].startswith("gpu-balancer-policy")]
+    policy = parse_policy(configmap["data"]["policy.yaml"])
+    assert policy.descheduler.dry_run is True
+    (cronjob,) = find(base, "CronJob", "gpu-balancer-descheduler")
+    args = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--live" not in args
+    (configuration,) = find(base, "MutatingWebhookConfiguration")
+    for webhook in configuration["webhooks"]:
+        assert webhook["namespaceSelector"]["matchLabels"] == {policy.opt_in.label: policy.opt_in.value}
+
+
+def test_the_live_overlay_of_the_install_guide_turns_the_descheduler_live(tmp_path):
+    guide = (DEPLOY.parent / "docs" / "INSTALL.md").read_text()
+    (patch_line,) = [line.strip() for line in guide.splitlines() if '"value": "--live"' in line]
+    relative = os.path.relpath(DEPLOY, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{relative}]\npatches:\n  - target: {{kind: CronJob, name: gpu-balancer-descheduler}}\n"
+        f"    {patch_line}\n")
+    (cronjob,) = find(kustomize(tmp_path), "CronJob", "gpu-balancer-descheduler")
+    assert cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--live"
 
 
 def test_the_alert_rules_load_in_promtool():

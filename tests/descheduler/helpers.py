@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from descheduler.cluster import cluster_from_objects
+from descheduler.cluster import cluster_from_objects, namespace_object
 from scoring.heat import FleetHeat, NodeHeat, Tier
-from scoring.policy import PlacementPolicy
+from scoring.policy import OptInPolicy, PlacementPolicy
 from scoring.prometheus import WindowStats
 from scoring.telemetry import ClusterSnapshot, NodeTelemetry, PodUsage
 
@@ -37,6 +37,11 @@ def pod_obj(name, node, *, namespace="inference", gpus=1, owner="ReplicaSet", ow
 
 
 def cluster(*objects):
+    """The cluster of these objects; every pod's namespace is listed as opted in unless the
+    objects list Namespaces themselves."""
+    if not any(obj["kind"] == "Namespace" for obj in objects):
+        names = sorted({obj["metadata"]["namespace"] for obj in objects if obj["kind"] == "Pod"})
+        objects = (*(namespace_object(name, OptInPolicy()) for name in names), *objects)
     return cluster_from_objects(objects, PlacementPolicy())
 
 

@@ -50,10 +50,22 @@ def test_evictions_honour_pdbs_report_500s_and_leave_events(kube):
     assert "hot-a" in recorded[0].note
 
 
-def test_dry_run_makes_no_write_call_at_all(kube):
+def test_dry_run_evicts_nothing_and_reports_would_evict_events(kube):
     api, emulator = kube
-    outcomes = carry_out(planned("a", "b"), client.CoreV1Api(api), client.EventsV1Api(api), dry_run=True, now=NOW)
+    events = client.EventsV1Api(api)
+    outcomes = carry_out(planned("a", "b"), client.CoreV1Api(api), events, dry_run=True, now=NOW)
     assert [o.result for o in outcomes] == ["dry-run", "dry-run"]
+    assert eviction_requests(emulator, "a") == [] and eviction_requests(emulator, "b") == []
+    assert list(emulator["patch"]) == [] and list(emulator["put"]) == []
+    recorded = events.list_namespaced_event("ml").items
+    assert sorted((e.regarding.name, e.reason) for e in recorded) == [("a", "WouldEvict"), ("b", "WouldEvict")]
+    assert all("nothing was evicted" in e.note for e in recorded)
+
+
+def test_dry_run_without_an_events_api_makes_no_write_call_at_all(kube):
+    api, emulator = kube
+    outcomes = carry_out(planned("a"), client.CoreV1Api(api), None, dry_run=True, now=NOW)
+    assert [o.result for o in outcomes] == ["dry-run"]
     assert list(emulator["post"]) == [] and list(emulator["patch"]) == [] and list(emulator["put"]) == []
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
 from scoring import dcgm
-from scoring.policy import default_policy
+from descheduler.cluster import namespace_object
+from scoring.policy import OptInPolicy, default_policy
 from scoring.prometheus import connect, read_window
 from scoring.telemetry import GpuSample, PodRef
 from tests.conftest import _require_prometheus
@@ -86,7 +87,8 @@ def test_only_heat_that_lasted_the_window_counts(prometheus_with_history):
 
 
 def cluster_file(tmp_path):
-    objects = [node_obj(n, gpus=GPUS) for n in HISTORY]
+    objects = [namespace_object("inference", OptInPolicy()), namespace_object("kube-system")]
+    objects += [node_obj(n, gpus=GPUS) for n in HISTORY]
     objects += [pod_obj(s.pod.name, s.node, owner_name=f"{s.pod.name}-5d4f") for s in samples(now=True) if s.pod]
     path = tmp_path / "cluster.json"
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
@@ -101,8 +103,9 @@ def test_deschedule_dry_run_evicts_only_from_the_sustained_hot_node(prometheus_w
     report = json.loads(result.stdout)
     assert report["dry_run"] is True
     assert report["hot_nodes"] == ["hot-a"]
-    assert report["evictions"] and {e["node"] for e in report["evictions"]} == {"hot-a"}
-    assert len(report["evictions"]) <= default_policy().descheduler.max_evictions_per_node
+    assert report["evictions"] == []
+    assert report["would_evict"] and {e["node"] for e in report["would_evict"]} == {"hot-a"}
+    assert len(report["would_evict"]) <= default_policy().descheduler.max_evictions_per_node
 
 
 def test_deschedule_without_prometheus_evicts_nothing_and_says_why(tmp_path):
@@ -123,7 +126,7 @@ def test_a_bad_cluster_file_is_a_clear_error(tmp_path):
     bad.write_text('{"kind": "Pod"}')
     result = subprocess.run([sys.executable, "-m", "descheduler", "--cluster-file", str(bad)],
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and "kubectl get nodes,pods -A -o json" in result.stderr
+    assert result.returncode == 2 and "kubectl get namespaces,nodes,pods -A -o json" in result.stderr
 
 
 def test_a_live_run_evicts_records_its_ledger_and_the_next_run_holds_off(prometheus_with_history, tmp_path, kube):

@@ -143,3 +143,25 @@ def test_the_ledger_round_trips_and_forgets_old_records():
     assert LedgerState.from_json(kept.to_json()) == kept
     with pytest.raises(ValueError):
         LedgerState.from_json("{broken")
+
+
+def test_only_pods_in_opted_in_namespaces_are_evicted():
+    from descheduler.cluster import namespace_object
+    from scoring.policy import OptInPolicy
+
+    objects = (namespace_object("inference", OptInPolicy()), namespace_object("research"),
+               node_obj("hot-a"), node_obj("cool-b"),
+               pod_obj("svc-1", "hot-a"), pod_obj("lab-1", "hot-a", namespace="research", owner_name="lab-5d4f"))
+    result = plan(cluster(*objects), usage={"hot-a": [("inference", "svc-1", 1, 95.0), ("research", "lab-1", 1, 95.0)]})
+    assert [e.pod for e in result.evictions] == ["svc-1"]
+    assert ("lab-1", "namespace research has not opted in") in [(s.pod, s.reason) for s in result.skipped]
+
+
+def test_without_namespace_objects_no_pod_is_evictable_and_the_reason_says_what_to_list():
+    from descheduler.cluster import cluster_from_objects
+    from scoring.policy import PlacementPolicy
+
+    bare = cluster_from_objects((node_obj("hot-a"), node_obj("cool-b"), pod_obj("svc-1", "hot-a")), PlacementPolicy())
+    result = plan(bare, usage={"hot-a": [("inference", "svc-1", 1, 95.0)]})
+    assert result.evictions == ()
+    assert "kubectl get namespaces,nodes,pods" in result.skipped[0].reason

@@ -23,6 +23,7 @@ def test_a_real_cluster_is_read_and_planned_without_writing():
     policy = default_policy()
     cluster = live_cluster(client.CoreV1Api(), policy)
     assert cluster.nodes, "a real cluster has nodes"
+    assert cluster.opted_in_namespaces is not None, "namespaces are listed, so the opt-in can be checked"
     plan = plan_evictions(fleet=FleetHeat(NOW, False, 0, ()), snapshot=ClusterSnapshot(NOW, ()), window={},
                           cluster=cluster, ledger=LedgerState(), policy=policy.descheduler, now=NOW)
     assert plan.evictions == ()

@@ -21,6 +21,15 @@ class UsageError(Exception):
     """Bad input on the command line or in a file it names; exit status 2."""
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpu-balancer")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def load_policy(path: str | None, prometheus_url: str | None = None) -> BalancerPolicy:
     """The policy from `--config` (or the defaults), with `--prometheus-url` applied on top."""
     policy = default_policy()
@@ -35,7 +44,25 @@ def load_policy(path: str | None, prometheus_url: str | None = None) -> Balancer
         if not prometheus_url.startswith(("http://", "https://")):
             raise UsageError(f"--prometheus-url must start with http:// or https://, got {prometheus_url!r}")
         policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus_url))
+    _check_credential_files(policy)
     return policy
+
+
+def _check_credential_files(policy: BalancerPolicy) -> None:
+    """Stop at start, naming the file and the policy field, when a token, CA or password file the
+    policy names cannot be read — not once per refresh, and not as a traceback."""
+    connection = policy.prometheus
+    for field, path in (("prometheus.bearerTokenFile", connection.bearer_token_file),
+                        ("prometheus.caFile", connection.ca_file),
+                        ("prometheus.basicAuth.passwordFile", connection.basic_auth.password_file)):
+        if not path:
+            continue
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as error:
+            raise UsageError(f"{field}: cannot read {path}: {error.strerror} (is the Secret, token or CA "
+                             "volume mounted there?)") from None
 
 
 def _wants_colour(stream) -> bool:
@@ -281,6 +308,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-balancer", description="GPU-aware placement for Kubernetes.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     status = commands.add_parser("status", help="the fleet's GPU heat, read from Prometheus")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-
+import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -67,3 +67,29 @@ def test_fake_dcgm_refuses_a_port_in_use(capsys):
         busy.listen()
         assert main(["fake-dcgm", "--port", str(busy.getsockname()[1])]) == 2
     assert "cannot listen" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("field", "yaml_field"), [
+    ("prometheus.bearerTokenFile", "bearerTokenFile: {path}"),
+    ("prometheus.caFile", "caFile: {path}"),
+    ("prometheus.basicAuth.passwordFile", "basicAuth: {{username: u, passwordFile: {path}}}"),
+])
+@pytest.mark.parametrize("command", ["status", "deschedule", "webhook"])
+def test_a_credential_file_that_is_not_there_stops_the_program_at_start_naming_it(
+        tmp_path, capsys, field, yaml_field, command):
+    missing = tmp_path / "not-mounted" / "token"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("apiVersion: gpu-balancer.io/v1alpha1\nkind: BalancerPolicy\nprometheus:\n"
+                      f"  url: http://127.0.0.1:9\n  {yaml_field.format(path=missing)}\n")
+    extra = ["--tls-cert", str(tmp_path / "c"), "--tls-key", str(tmp_path / "k")] if command == "webhook" else []
+    assert main([command, "--config", str(policy), *extra]) == 2
+    error = capsys.readouterr().err
+    assert field in error and str(missing) in error and "Traceback" not in error
+
+
+def test_version_is_the_package_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"gpu-balancer {version('gpu-balancer')}"

@@ -224,3 +224,25 @@ def test_the_dashboard_groups_by_the_detected_node_label_and_prefers_the_engine_
     for expr in dcgm_exprs:
         assert "by ($node_label)" in expr and "Hostname" not in expr
         assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in expr and "or DCGM_FI_DEV_GPU_UTIL" in expr
+
+
+def test_the_readmes_prometheus_token_and_ca_paths_are_mounted_where_the_policy_is_read(base):
+    import re
+
+    from scoring.policy import parse_policy
+
+    readme = (DEPLOY.parent / "README.md").read_text()
+    (example,) = [block for block in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "kind: BalancerPolicy" in block]
+    connection = parse_policy(example).prometheus
+    wanted = {os.path.dirname(connection.bearer_token_file), os.path.dirname(connection.ca_file)}
+    readers = {name: template for name, template in pod_templates(base)
+               if name in ("gpu-balancer-webhook", "gpu-balancer-descheduler")}
+    assert len(readers) == 2
+    for name, template in readers.items():
+        mounts = {m["mountPath"]: m["name"] for c in template["containers"] for m in c.get("volumeMounts", [])}
+        volumes = {v["name"]: v for v in template["volumes"]}
+        assert wanted <= set(mounts), (name, mounts)
+        token = volumes[mounts[os.path.dirname(connection.bearer_token_file)]]
+        assert token["projected"]["sources"][0]["serviceAccountToken"]["path"] == os.path.basename(
+            connection.bearer_token_file)
+        assert volumes[mounts[os.path.dirname(connection.ca_file)]]["configMap"]["optional"] is True

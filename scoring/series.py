@@ -45,7 +45,7 @@ UnitKey = tuple[str, str, str]
 
 _NO_NODE_LABEL = "no series carries a node label (tried " + ", ".join(dcgm.NODE_LABEL_CANDIDATES) + ")"
 _PER_UNIT = ("gpu_util", "gpu_engine_active")
-_EXPORTER_HINT = "dcgm-exporter"
+_EXPORTER_HINTS = ("dcgm-exporter", "nvml-exporter")
 
 
 def detect_node_label(rows: Iterable[Series], configured: str = "auto") -> str:
@@ -82,7 +82,8 @@ def _is_exporter_pod(labels: Mapping[str, str]) -> bool:
     container = labels.get("container", "")
     if container and container in (labels.get("job"), labels.get("service")):
         return True
-    return _EXPORTER_HINT in labels.get("pod", "") or _EXPORTER_HINT in container
+    pod = labels.get("pod", "")
+    return any(hint in pod or hint in container for hint in _EXPORTER_HINTS)
 
 
 def classify_workloads(units: Mapping[UnitKey, Mapping[str, str]],

@@ -15,7 +15,7 @@ import yaml
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 COMPONENTS = ["cert-manager", "servicemonitor", "nvml-exporter"]
-CRD_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}
+CRD_KINDS = {"Certificate", "Issuer", "ServiceMonitor", "PodMonitor", "PrometheusRule"}
 VERSIONS = ["1.30.0", "1.31.0", kubernetes_validate.latest_version()]
 
 
@@ -246,3 +246,34 @@ def test_the_readmes_prometheus_token_and_ca_paths_are_mounted_where_the_policy_
         assert token["projected"]["sources"][0]["serviceAccountToken"]["path"] == os.path.basename(
             connection.bearer_token_file)
         assert volumes[mounts[os.path.dirname(connection.ca_file)]]["configMap"]["optional"] is True
+
+
+def test_the_servicemonitor_component_ships_the_alert_rules_as_a_prometheusrule(everything):
+    (rule,) = find(everything, "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load((DEPLOY / "monitoring" / "alerts.rules.yaml").read_text())
+
+
+def test_the_nvml_exporter_is_scraped_without_its_own_pod_as_a_workload(everything):
+    (monitor,) = find(everything, "PodMonitor", "gpu-balancer-nvml-exporter")
+    (daemonset,) = find(everything, "DaemonSet", "gpu-balancer-nvml-exporter")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert {"action": "labeldrop", "regex": "pod|namespace|container"} in endpoint["relabelings"]
+    (service,) = find(everything, "Service", "gpu-balancer-nvml-exporter")
+    assert service["spec"]["ports"][0]["targetPort"] == endpoint["port"]
+
+
+def test_the_runbooks_restore_step_reruns_the_certificate_job_that_patches_the_ca_bundle(base):
+    import re
+    import shlex
+
+    runbook = (DEPLOY.parent / "docs" / "INSTALL.md").read_text().split("## Emergency runbook")[1]
+    (create,) = [shlex.split(line.strip()) for line in runbook.splitlines() if "create job --from=cronjob/" in line]
+    cronjob_name = next(arg for arg in create if arg.startswith("--from=cronjob/")).split("/", 1)[1]
+    (cronjob,) = find(base, "CronJob", cronjob_name)
+    (init_job,) = find(base, "Job", "gpu-balancer-certs-init")
+    from_cron = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert from_cron == init_job["spec"]["template"]["spec"]["containers"][0]["args"], "the same certs ensure"
+    job_name = create[-1]  # kubectl create job --from=cronjob/NAME JOB
+    assert re.search(rf"wait --for=condition=complete job/{job_name}", runbook)
+    assert '"suspend":false' in runbook, "the descheduler is resumed too"

@@ -4,7 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench prometheus clean
+.PHONY: demo test bench prometheus clean image
+
+# The image, tagged with the package version: `make image IMAGE=registry.example/gpu-balancer`.
+IMAGE ?= ghcr.io/gpu-balancer/gpu-balancer
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +35,10 @@ test: $(STAMP) prometheus
 
 bench: $(STAMP) prometheus
 	$(PY) bench/snapshot_scale.py
+
+image:
+	docker build -t $(IMAGE):$(VERSION) .
+	@echo "built $(IMAGE):$(VERSION); push it with: docker push $(IMAGE):$(VERSION)"
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

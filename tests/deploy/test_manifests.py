@@ -277,3 +277,18 @@ def test_the_runbooks_restore_step_reruns_the_certificate_job_that_patches_the_c
     job_name = create[-1]  # kubectl create job --from=cronjob/NAME JOB
     assert re.search(rf"wait --for=condition=complete job/{job_name}", runbook)
     assert '"suspend":false' in runbook, "the descheduler is resumed too"
+
+
+def test_make_image_tags_the_build_with_the_package_version_and_the_overlay_override_applies(tmp_path):
+    from importlib.metadata import version
+
+    dry = subprocess.run(["make", "-n", "image", "IMAGE=registry.example.com/platform/gpu-balancer"],
+                         cwd=DEPLOY.parent, capture_output=True, text=True, check=True).stdout
+    assert f"docker build -t registry.example.com/platform/gpu-balancer:{version('gpu-balancer')} ." in dry
+    guide = (DEPLOY.parent / "docs" / "INSTALL.md").read_text()
+    override = guide.split("```yaml\nimages:")[1].split("```")[0]
+    relative = os.path.relpath(DEPLOY, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        f"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{relative}]\nimages:{override}")
+    images = {c["image"] for _, template in pod_templates(kustomize(tmp_path)) for c in template["containers"]}
+    assert images == {"registry.example.com/platform/gpu-balancer:0.1.0"}

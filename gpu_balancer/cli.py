@@ -30,8 +30,10 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def load_policy(path: str | None, prometheus_url: str | None = None) -> BalancerPolicy:
-    """The policy from `--config` (or the defaults), with `--prometheus-url` applied on top."""
+def load_policy(path: str | None, prometheus_url: str | None = None, *, reads_prometheus: bool = True
+                ) -> BalancerPolicy:
+    """The policy from `--config` (or the defaults), with `--prometheus-url` applied on top; for a
+    command that `reads_prometheus`, its credential files checked as well."""
     policy = default_policy()
     if path:
         try:
@@ -44,7 +46,8 @@ def load_policy(path: str | None, prometheus_url: str | None = None) -> Balancer
         if not prometheus_url.startswith(("http://", "https://")):
             raise UsageError(f"--prometheus-url must start with http:// or https://, got {prometheus_url!r}")
         policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus_url))
-    _check_credential_files(policy)
+    if reads_prometheus:
+        _check_credential_files(policy)
     return policy
 
 
@@ -283,7 +286,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     from sim.explain import as_table, explain, nodes_from_list
 
-    policy = load_policy(args.config, args.prometheus_url)
+    # Prometheus is read only with --prometheus-url: a production policy explains offline too.
+    policy = load_policy(args.config, args.prometheus_url, reads_prometheus=bool(args.prometheus_url))
     try:
         nodes = nodes_from_list(json_module.loads(Path(args.cluster_file).read_text()))
         pod = yaml.safe_load(Path(args.pod).read_text())

@@ -81,12 +81,11 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         verdicts.append((Tier.HOT, f"mean GPU util {mean_util:.0f}% ≥ {policy.hot_util_percent:g}%"))
     elif mean_util >= policy.warm_util_percent:
         verdicts.append((Tier.WARM, f"mean GPU util {mean_util:.0f}% ≥ {policy.warm_util_percent:g}%"))
-    if memory_fraction is None:
-        pass
-    elif memory_fraction >= policy.hot_memory_fraction:
-        verdicts.append((Tier.HOT, f"GPU memory {memory_fraction:.0%} used ≥ {policy.hot_memory_fraction:.0%}"))
-    elif memory_fraction >= policy.warm_memory_fraction:
-        verdicts.append((Tier.WARM, f"GPU memory {memory_fraction:.0%} used ≥ {policy.warm_memory_fraction:.0%}"))
+    if memory_fraction is not None:  # unknown memory makes no verdict
+        if memory_fraction >= policy.hot_memory_fraction:
+            verdicts.append((Tier.HOT, f"GPU memory {memory_fraction:.0%} used ≥ {policy.hot_memory_fraction:.0%}"))
+        elif memory_fraction >= policy.warm_memory_fraction:
+            verdicts.append((Tier.WARM, f"GPU memory {memory_fraction:.0%} used ≥ {policy.warm_memory_fraction:.0%}"))
     temperature = node.temperature_max_c
     if temperature is not None and temperature >= policy.hot_temperature_c:
         verdicts.append((Tier.HOT, f"GPU temperature {temperature:.0f}°C ≥ {policy.hot_temperature_c:g}°C"))

@@ -90,8 +90,9 @@ class ChildProcessReader:
         child.close()
         self._grace = STARTUP_GRACE_SECONDS
 
-    def _retire(self, reason: str) -> None:
-        """Kill the child (SIGKILL ends a stopped one too) and schedule its replacement."""
+    def _retire(self, kind: str, detail: str = "") -> None:
+        """Kill the child (SIGKILL ends a stopped one too) and schedule its replacement; `kind`
+        ("exited", "hung") labels the restart metric."""
         if self._process.is_alive():
             self._process.kill()
         self._process.join(timeout=5)
@@ -102,14 +103,14 @@ class ChildProcessReader:
         backoff = 0.0 if self._failures == 1 else min(self._max_backoff, 2.0 ** (self._failures - 2))
         self._next_spawn_at = self._monotonic() + backoff
         self._process = None  # type: ignore[assignment]
-        log.warning("telemetry reader %s; replacing it%s", reason,
+        log.warning("telemetry reader %s%s; replacing it%s", kind, detail,
                     f" in {backoff:.0f}s" if backoff else " now")
-        self._on_restart(reason.split(" ")[0])
+        self._on_restart(kind)
 
     def __call__(self) -> Telemetry:
         with self._lock:
             if self._process is not None and not self._process.is_alive():
-                self._retire(f"exited (exit code {self._process.exitcode})")
+                self._retire("exited", f" (exit code {self._process.exitcode})")
             if self._process is None:
                 wait = self._next_spawn_at - self._monotonic()
                 if wait > 0:
@@ -119,11 +120,11 @@ class ChildProcessReader:
             try:
                 self._parent.send("read")
                 if not self._parent.poll(self._timeout + self._grace):
-                    self._retire(f"hung (no answer within {self._timeout + self._grace:g}s)")
+                    self._retire("hung", f" (no answer within {self._timeout + self._grace:g}s)")
                     raise TelemetryError("the telemetry reader did not answer in time; it was replaced")
                 status, payload = self._parent.recv()
             except (EOFError, OSError):
-                self._retire("exited during a read")
+                self._retire("exited", " during a read")
                 raise TelemetryError("the telemetry reader exited during a read; it was replaced") from None
             # Any answer, a Prometheus error included, shows a working reader.
             self._failures, self._failing_since, self._grace = 0, None, 0.0

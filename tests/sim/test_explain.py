@@ -69,3 +69,18 @@ def test_the_explain_command_reads_files_and_prints_json(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "gpu_balancer", "explain", "--cluster-file", str(tmp_path / "pod.yaml"),
                           "--pod", str(tmp_path / "pod.yaml")], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
+
+
+def test_explain_without_prometheus_takes_a_production_policy_whose_token_is_not_mounted_here(tmp_path):
+    (tmp_path / "cluster.json").write_text(json.dumps(cluster()))
+    (tmp_path / "pod.yaml").write_text(yaml.safe_dump(POD))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("apiVersion: gpu-balancer.io/v1alpha1\nkind: BalancerPolicy\nprometheus:\n"
+                      f"  bearerTokenFile: {tmp_path / 'not-mounted' / 'token'}\n")
+    args = [sys.executable, "-m", "gpu_balancer", "explain", "--cluster-file", str(tmp_path / "cluster.json"),
+            "--pod", str(tmp_path / "pod.yaml"), "--config", str(policy)]
+    offline = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert offline.returncode == 0, offline.stderr
+    online = subprocess.run([*args, "--prometheus-url", "http://127.0.0.1:9"], capture_output=True, text=True,
+                            timeout=60)
+    assert online.returncode == 2 and "prometheus.bearerTokenFile" in online.stderr

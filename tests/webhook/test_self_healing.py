@@ -194,14 +194,16 @@ def test_a_reader_that_cannot_come_back_backs_off_and_fails_liveness():
     reader = ChildProcessReader(default_policy(), read=exit_at_once, on_restart=restarts.append,
                                 monotonic=lambda: clock[0])
     try:
-        for step in range(3):
+        for _ in range(3):
             with pytest.raises(TelemetryError):
                 reader()
             clock[0] += 100
-        assert len(restarts) >= 2 and reader.failing_seconds() >= 200
-        clock[0] += 1
+        assert len(restarts) == 3 and reader.failing_seconds() >= 300
         with pytest.raises(TelemetryError):
+            reader()  # a fourth child, dying too: the next one waits 2^(4-2) = 4 s
+        with pytest.raises(TelemetryError, match="being replaced; next try in 4s"):
             reader()
+        assert len(restarts) == 4, "no child is spawned inside the backoff"
     finally:
         reader.close()
 

@@ -189,7 +189,7 @@ def advise(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Mapping[
     promised = sum(pending_gpus.values()) if pending_total is None else pending_total
     hard, skipped = _hard_avoidance(index, need=need, promised=promised, policy=policy)
     if not preferred:
-        reason = f"no cool or warm node has {need} free GPU(s)"
+        reason = f"no cool or warm node the pod can use has {need} free unit(s)"
     else:
         reason = skipped or "ranked by idle cycles, memory room and free GPUs not yet promised"
     return NodeAdvice(preferred, index.avoided, hard, reason)

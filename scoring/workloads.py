@@ -61,8 +61,10 @@ class GpuRequest:
     resources: tuple[str, ...]
     """GPU resource names the pod asks for."""
     whole_gpus: int
-    """Whole `nvidia.com/gpu`-style GPUs needed on one node: the largest of the init containers'
-    and the sum of the app containers', as the scheduler counts it. 0 for shared/MIG only."""
+    """Whole `nvidia.com/gpu`-style GPUs needed on one node. 0 for shared/MIG only."""
+    units: tuple[tuple[str, int], ...] = ()
+    """(resource, units needed on one node) for every GPU resource asked for, counted as the
+    scheduler counts them: the larger of the app containers' sum and any one init container."""
 
 
 def _containers(spec: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
@@ -71,32 +73,39 @@ def _containers(spec: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
             yield container
 
 
+def _is_whole_gpu(resource: str) -> bool:
+    return "mig-" not in resource and not resource.endswith(".shared")
+
+
 def gpu_request(pod: dict[str, Any], policy: PlacementPolicy) -> GpuRequest | None:
     """The pod's GPU needs, or None when it asks for no GPU resource. Raises `BadQuantity`."""
     spec = as_dict(pod.get("spec"))
-    found: set[str] = set()
-    totals = {"containers": Decimal(0), "initContainers": Decimal(0)}
-    for key in totals:
+    app: dict[str, Decimal] = {}
+    init: dict[str, Decimal] = {}
+    for key, totals in (("containers", app), ("initContainers", init)):
         for container in _containers(spec, key):
             resources = as_dict(container.get("resources"))
-            per_container = Decimal(0)
+            per_container: dict[str, Decimal] = {}
             for section in ("requests", "limits"):
                 for name, quantity in as_dict(resources.get(section)).items():
                     if isinstance(name, str) and is_gpu_resource(name, policy.gpu_resources):
-                        found.add(name)
                         amount = parse_quantity(quantity)
                         if amount < 0 or amount > MAX_GPUS:
                             raise BadQuantity(f"{name} quantity {quantity!r} is not a sane GPU count")
-                        if "mig-" not in name and not name.endswith(".shared"):
-                            per_container = max(per_container, amount)
-            totals[key] = (totals[key] + per_container if key == "containers"
-                           else max(totals[key], per_container))
-    if not found:
+                        # Extended resources must have requests equal to limits; a limit alone is the request.
+                        per_container[name] = max(per_container.get(name, Decimal(0)), amount)
+            for name, amount in per_container.items():
+                totals[name] = totals.get(name, Decimal(0)) + amount if key == "containers" \
+                    else max(totals.get(name, Decimal(0)), amount)
+    if not app and not init:
         return None
-    whole = max(totals["containers"], totals["initContainers"])
+    units = {name: math.ceil(max(app.get(name, Decimal(0)), init.get(name, Decimal(0)))) for name in {*app, *init}}
+    if any(count > MAX_GPUS for count in units.values()):
+        raise BadQuantity(f"pod asks for {max(units.values())} units of a GPU resource")
+    whole = sum(count for name, count in units.items() if _is_whole_gpu(name))
     if whole > MAX_GPUS:
         raise BadQuantity(f"pod asks for {whole} GPUs")
-    return GpuRequest(tuple(sorted(found)), math.ceil(whole))
+    return GpuRequest(tuple(sorted(units)), whole, tuple(sorted(units.items())))
 
 
 def labels_of(pod: dict[str, Any]) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from scoring.feasibility import constraints_of
 from scoring.placement import NO_ADVICE, PlacementIndex, advise, advise_group
 from scoring.policy import PlacementPolicy
 from webhook.ledger import SteeringLedger
@@ -51,22 +52,29 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
     if needs is None:
         return unchanged("not-gpu")
 
+    # With a cluster view, advice names only nodes the pod could be scheduled on; without one
+    # (no API access) it falls back to telemetry alone.
+    constraints = constraints_of(pod, policy) if ledger.view is not None else None
+    units = tuple((r, n) for r, n in needs.units if n > 0) or (("nvidia.com/gpu", max(1, needs.whole_gpus)),)
     if index is None or index.stale:
         advice = NO_ADVICE
     elif group := training_group(pod, policy):
         # Ordinary per-node preferences would scatter a distributed job: prefer one domain instead.
         group_key = f"{request.namespace}/{group[0]}={group[1]}"
-        advice = advise_group(index, gpus_requested=needs.whole_gpus, pending_gpus=ledger.pending(telemetry_time),
-                              policy=policy, chosen_before=ledger.group_domain(group_key, telemetry_time))
+        advice = advise_group(ledger.feasible_index(index, constraints), gpus_requested=needs.whole_gpus,
+                              pending_gpus=ledger.pending(telemetry_time), policy=policy,
+                              chosen_before=ledger.group_domain(group_key, telemetry_time))
         if advice.domain is not None and not request.dry_run:
             ledger.remember_group(group_key, advice.domain, now)
     else:
         ranked, promised = ledger.top(index, telemetry_time, need=max(1, needs.whole_gpus),
-                                      k=policy.max_preferred_nodes)
-        advice = advise(index, gpus_requested=needs.whole_gpus, pending_gpus={}, policy=policy, ranked=ranked,
-                        pending_total=promised)
-    mutation = mutate_pod(pod, advice, snapshot_age_seconds=snapshot_age_seconds if index else None, policy=policy)
-    if advice.preferred and not request.dry_run:
-        ledger.record(advice.preferred[0].node, max(1, needs.whole_gpus), now)
+                                      k=policy.max_preferred_nodes, pod=constraints)
+        advice = advise(ledger.feasible_index(index, constraints), gpus_requested=needs.whole_gpus,
+                        pending_gpus={}, policy=policy, ranked=ranked, pending_total=promised)
+    booking = ledger.booking_id() if advice.preferred and not request.dry_run else None
+    mutation = mutate_pod(pod, advice, snapshot_age_seconds=snapshot_age_seconds if index else None, policy=policy,
+                          booking=booking)
+    if booking:
+        ledger.record(advice.preferred[0].node, units, now, booking)
     reason = "steered" if advice.preferred else ("no-telemetry" if index is None else "no-room")
     return Decision(build_response(request.uid, mutation.patch), "mutated", reason, mutation.annotation)

@@ -1,49 +1,140 @@
-"""The steering ledger: GPUs promised to nodes by recent advice, not yet visible in telemetry.
+"""The in-flight ledger: GPU units bound or promised since the telemetry was taken. No I/O.
 
-In-process state behind a lock, no I/O. Each admission adds the GPUs of its top preference; an
-entry is forgotten once telemetry at least `settle_seconds` newer than it exists, because by
-then the pod's load shows in DCGM (or the pod went elsewhere and the promise was wrong anyway).
+In-process state behind a lock. Bookings come from two sources: the bindings the cluster view's
+watch shows (from every webhook replica, and pods that were never steered), and this replica's
+provisional bookings for pods it steered that are not bound yet. When a steered pod's binding
+arrives, its provisional booking moves to the node it actually bound to. A booking is forgotten
+once telemetry at least `settle_seconds` newer than it exists: by then its load shows in DCGM.
 
-The ledger also keeps the current snapshot's node ranking as a heap of headroom-after-pending
-scores, updated as promises are made and forgotten, so `top` costs O(K log n) even when a burst
-has promised GPUs on thousands of nodes. It returns exactly what `scoring.placement.rank` would.
+Bookings do two things. They lower a node's headroom (load the telemetry cannot show yet), and,
+with a cluster view, they take room: free units are the view's exact free count less bookings
+the view does not yet hold. Without a view, room is the telemetry's free GPUs less bookings.
+
+For each constraint signature (`scoring.feasibility.PodConstraints`) the ledger keeps the
+snapshot's ranking restricted to feasible nodes, as a heap of headroom-after-bookings scores that
+replays only the nodes whose bookings changed, so `top` costs O(K log n) however many nodes hold
+bookings. It returns exactly what `scoring.placement.rank` would on the feasible sub-index.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import threading
-from collections import defaultdict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from scoring.feasibility import FeasibleSets, PodConstraints
 from scoring.placement import Candidate, PlacementIndex, headroom
+from scoring.view import Binding, ClusterView
+
+MAX_SIGNATURES = 256
+"""Feasible rankings kept per snapshot; signatures come from pods, so they are bounded."""
+
+
+@dataclass(slots=True)
+class _Booking:
+    node: str
+    units: tuple[tuple[str, int], ...]
+    at: datetime
+    pod: str = ""
+    """namespace/name once bound; empty while provisional."""
+
+
+class _Ranking:
+    """One signature's feasible sub-index and its heap of (-score, -room, position, name)."""
+
+    __slots__ = ("index", "members", "heap", "synced", "units")
+
+    def __init__(self, index: PlacementIndex, units: tuple[tuple[str, int], ...], changes: int) -> None:
+        self.index = index
+        self.units = units
+        self.members = {name: (base, free, position) for position, (base, free, name) in enumerate(index.ranked)}
+        self.heap: list[tuple[float, int, int, str]] = []
+        self.synced = changes
 
 
 class SteeringLedger:
-    def __init__(self, settle_seconds: float) -> None:
+    def __init__(self, settle_seconds: float, replica: str = "") -> None:
         self._settle = timedelta(seconds=settle_seconds)
-        self._entries: deque[tuple[datetime, str, int]] = deque()
-        self._pending: dict[str, int] = defaultdict(int)
+        self._replica = replica
+        self._serial = itertools.count(1)
+        self._bookings: dict[str, _Booking] = {}
+        self._order: deque[tuple[datetime, str]] = deque()
+        self._pending: Counter = Counter()  # node → units booked (heat)
+        self._unseen: dict[str, Counter] = defaultdict(Counter)  # node → resource → units the view lacks
         self._total = 0
         self._lock = threading.Lock()
         self._index: PlacementIndex | None = None
-        self._nodes: dict[str, tuple[float, int, int]] = {}  # name: (base, free, position in ranking)
-        self._heap: list[tuple[float, int, int, str]] = []  # (-score, -unpromised, position, name)
+        self._view: ClusterView | None = None
+        self._feasible: FeasibleSets | None = None
+        self._rankings: OrderedDict[PodConstraints | None, _Ranking] = OrderedDict()
+        self._changes: list[str] = []
         self._groups: dict[str, tuple[tuple[str, str], datetime]] = {}
         self._group_order: deque[tuple[datetime, str]] = deque()
 
-    def record(self, node: str, gpus: int, at: datetime) -> None:
+    # -- bookings ---------------------------------------------------------------------------
+
+    def booking_id(self) -> str:
+        """A fresh id for the booking annotation of a pod this replica steers."""
+        return f"{self._replica}{next(self._serial)}"
+
+    def record(self, node: str, units: int | tuple[tuple[str, int], ...], at: datetime,
+               booking: str | None = None) -> None:
+        """A provisional booking for a pod steered to `node` and not bound yet."""
+        if isinstance(units, int):
+            units = (("nvidia.com/gpu", units),)
         with self._lock:
-            self._entries.append((at, node, gpus))
-            self._pending[node] += gpus
-            self._total += gpus
-            self._push(node)
+            key = booking or f"~{next(self._serial)}"
+            self._add(key, _Booking(node, units, at))
+
+    def bind(self, binding: Binding) -> None:
+        """A pod seen bound: its provisional booking (ours) moves there, or a new booking is made."""
+        with self._lock:
+            own = self._bookings.get(binding.booking) if binding.booking else None
+            if own is not None and own.pod:
+                return  # this binding was already seen
+            if own is not None:
+                self._remove(binding.booking)
+            key = binding.booking if own is not None else f"pod:{binding.pod}"
+            if key in self._bookings:
+                return
+            self._add(key, _Booking(binding.node, binding.units, max(binding.at, own.at) if own else binding.at,
+                                    binding.pod))
+
+    def _add(self, key: str, booking: _Booking) -> None:
+        self._bookings[key] = booking
+        self._order.append((booking.at, key))
+        self._count(booking, +1)
+
+    def _remove(self, key: str) -> None:
+        booking = self._bookings.pop(key)
+        self._count(booking, -1)
+
+    def _count(self, booking: _Booking, sign: int) -> None:
+        size = sum(units for _, units in booking.units)
+        self._pending[booking.node] += sign * size
+        if self._pending[booking.node] <= 0:
+            del self._pending[booking.node]
+        self._total += sign * size
+        if not self._in_view(booking):
+            unseen = self._unseen[booking.node]
+            unseen.update({resource: sign * units for resource, units in booking.units})
+            if not +unseen:
+                del self._unseen[booking.node]
+        self._changes.append(booking.node)
+
+    def _in_view(self, booking: _Booking) -> bool:
+        return self._view is not None and bool(booking.pod) and booking.pod in self._view.bound
 
     def pending(self, telemetry_time: datetime | None) -> dict[str, int]:
-        """GPUs promised per node that telemetry taken at `telemetry_time` cannot show yet."""
+        """Units booked per node that telemetry taken at `telemetry_time` cannot show yet."""
         with self._lock:
             self._expire(telemetry_time)
             return dict(self._pending)
+
+    # -- distributed jobs -------------------------------------------------------------------
 
     def group_domain(self, group: str, telemetry_time: datetime | None) -> tuple[str, str] | None:
         """The domain chosen for a distributed job's earlier workers, until telemetry can show them."""
@@ -61,62 +152,117 @@ class SteeringLedger:
         with self._lock:
             return len(self._groups)
 
-    def prepare(self, index: PlacementIndex) -> None:
-        """Rank a new snapshot's nodes now (O(n log n)), so the next admission does not have to."""
-        with self._lock:
-            if index is not self._index:
-                self._attach(index)
+    # -- ranking ----------------------------------------------------------------------------
 
-    def top(self, index: PlacementIndex, telemetry_time: datetime | None, *, need: int, k: int
-            ) -> tuple[list[Candidate], int]:
-        """The K best candidates for `index` (as `rank` would give them) and all GPUs promised."""
+    def prepare(self, index: PlacementIndex, view: ClusterView | None = None) -> None:
+        """Take a new snapshot (and the cluster view read with it) and rank its nodes now, so
+        the next admission does not have to."""
+        with self._lock:
+            if index is not self._index or view is not self._view:
+                self._attach(index, view)
+            self._ranking(None if view is None else PodConstraints(units=(("nvidia.com/gpu", 1),)))
+
+    @property
+    def view(self) -> ClusterView | None:
+        return self._view
+
+    def feasible_index(self, index: PlacementIndex, pod: PodConstraints | None) -> PlacementIndex:
+        """The snapshot's ranking restricted to nodes the pod could use (the whole ranking
+        without a cluster view)."""
         with self._lock:
             if index is not self._index:
-                self._attach(index)
+                self._attach(index, self._view)
+            return self._ranking(pod).index
+
+    def top(self, index: PlacementIndex, telemetry_time: datetime | None, *, need: int, k: int,
+            pod: PodConstraints | None = None) -> tuple[list[Candidate], int]:
+        """The K best feasible candidates with room (as `rank` gives them on the feasible
+        sub-index) and all units booked."""
+        with self._lock:
+            if index is not self._index:
+                self._attach(index, self._view)
             self._expire(telemetry_time)
+            ranking = self._ranking(pod)
+            self._sync(ranking)
+            units = ranking.units or (("", need),)
             chosen: list[Candidate] = []
             keep: list[tuple[float, int, int, str]] = []
             seen: set[str] = set()
-            while self._heap and len(chosen) < k:
-                entry = heapq.heappop(self._heap)
+            while ranking.heap and len(chosen) < k:
+                entry = heapq.heappop(ranking.heap)
                 name = entry[3]
-                if name in seen or entry != self._entry(name):
+                if name in seen or entry != self._entry(ranking, name):
                     continue  # superseded by a newer push, or a duplicate: drop it for good
                 seen.add(name)
                 keep.append(entry)
-                if -entry[1] >= need:
+                if all(self._room(ranking, name, resource) >= count for resource, count in units):
                     chosen.append((-entry[0], -entry[1], name))
             for entry in keep:
-                heapq.heappush(self._heap, entry)
+                heapq.heappush(ranking.heap, entry)
             return chosen, self._total
 
-    def _entry(self, name: str) -> tuple[float, int, int, str] | None:
-        base, free, position = self._nodes[name]
-        unpromised = free - self._pending.get(name, 0)
-        if unpromised <= 0:
+    def _ranking(self, pod: PodConstraints | None) -> _Ranking:
+        key = pod if self._view is not None else None
+        ranking = self._rankings.get(key)
+        if ranking is not None:
+            self._rankings.move_to_end(key)
+            return ranking
+        assert self._index is not None
+        index = self._index
+        if key is not None and self._feasible is not None:
+            feasible = self._feasible(key)
+            index = PlacementIndex(
+                tuple(entry for entry in index.ranked if entry[2] in feasible),
+                tuple(a for a in index.avoided if a.node in feasible),
+                sum(free for _, free, name in index.ranked if name in feasible), index.stale, index.topology)
+        units = key.units if key is not None else ()
+        ranking = self._rankings[key] = _Ranking(index, units, len(self._changes))
+        ranking.heap = [entry for name in ranking.members if (entry := self._entry(ranking, name)) is not None]
+        heapq.heapify(ranking.heap)
+        if len(self._rankings) > MAX_SIGNATURES:
+            self._rankings.popitem(last=False)
+        return ranking
+
+    def _room(self, ranking: _Ranking, name: str, resource: str) -> int:
+        base_free = ranking.members[name][1]
+        if self._view is None or not resource:
+            return base_free - self._pending.get(name, 0)
+        free = self._view.free(name).get(resource, 0)
+        return free - self._unseen.get(name, Counter())[resource]
+
+    def _entry(self, ranking: _Ranking, name: str) -> tuple[float, int, int, str] | None:
+        base, free, position = ranking.members[name]
+        primary = ranking.units[0][0] if ranking.units else ""
+        room = self._room(ranking, name, primary)
+        if room <= 0:
             return None
-        return -headroom(base, free, self._pending.get(name, 0)), -unpromised, position, name
+        return -headroom(base, free, self._pending.get(name, 0)), -room, position, name
 
-    def _push(self, name: str) -> None:
-        if name in self._nodes and (entry := self._entry(name)) is not None:
-            heapq.heappush(self._heap, entry)
+    def _sync(self, ranking: _Ranking) -> None:
+        """Push fresh entries for the nodes whose bookings changed since this ranking last looked."""
+        for name in set(self._changes[ranking.synced:]):
+            if name in ranking.members and (entry := self._entry(ranking, name)) is not None:
+                heapq.heappush(ranking.heap, entry)
+        ranking.synced = len(self._changes)
 
-    def _attach(self, index: PlacementIndex) -> None:
-        self._index = index
-        self._nodes = {name: (base, free, position) for position, (base, free, name) in enumerate(index.ranked)}
-        self._heap = [entry for name in self._nodes if (entry := self._entry(name)) is not None]
-        heapq.heapify(self._heap)
+    def _attach(self, index: PlacementIndex, view: ClusterView | None) -> None:
+        self._index, self._view = index, view
+        self._feasible = FeasibleSets(view.nodes) if view is not None else None
+        self._rankings.clear()
+        self._changes = []
+        self._unseen = defaultdict(Counter)
+        for booking in self._bookings.values():
+            if not self._in_view(booking):
+                self._unseen[booking.node].update(dict(booking.units))
 
     def _expire(self, telemetry_time: datetime | None) -> None:
         if telemetry_time is None:
             return
-        while self._entries and self._entries[0][0] + self._settle <= telemetry_time:
-            _, node, gpus = self._entries.popleft()
-            self._pending[node] -= gpus
-            self._total -= gpus
-            if self._pending[node] <= 0:
-                del self._pending[node]
-            self._push(node)
+        while self._order and self._order[0][0] + self._settle <= telemetry_time:
+            at, key = self._order.popleft()
+            booking = self._bookings.get(key)
+            if booking is not None and booking.at == at:
+                self._remove(key)
         # Training jobs are forgotten with their telemetry like every booking, whether or not the
         # same job is asked about again; a job remembered anew has a later entry of its own.
         while self._group_order and self._group_order[0][0] + self._settle <= telemetry_time:

@@ -17,6 +17,7 @@ from typing import Any
 from scoring.placement import NodeAdvice
 from webhook.diff import json_diff
 from scoring.policy import PlacementPolicy
+from scoring.view import BOOKING_ANNOTATION
 from scoring.workloads import training_group
 from webhook.pods import ADVICE_ANNOTATION, replica_selector
 from webhook.review import dump_json
@@ -108,8 +109,9 @@ def scheduling_view(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds: float | None,
-               policy: PlacementPolicy) -> Mutation:
-    """Add advice and workload terms to a copy of the pod's scheduling view; return the patch."""
+               policy: PlacementPolicy, booking: str | None = None) -> Mutation:
+    """Add advice and workload terms to a copy of the pod's scheduling view; return the patch.
+    `booking` is the id of the ledger's provisional booking for this pod, if one is made."""
     original = scheduling_view(pod)
     mutated = json.loads(dump_json(original))  # a deep copy of JSON data, several times faster than deepcopy
     spec = _child(mutated, "spec", {})
@@ -140,6 +142,9 @@ def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds:
     age = "no telemetry" if snapshot_age_seconds is None else f"telemetry {snapshot_age_seconds:.0f}s old"
     parts.append(age if advice.preferred or advice.avoided else f"{age}: {advice.reason}")
     annotation = "; ".join(parts)
-    _child(_child(mutated, "metadata", {}), "annotations", {})[ADVICE_ANNOTATION] = annotation
+    annotations = _child(_child(mutated, "metadata", {}), "annotations", {})
+    annotations[ADVICE_ANNOTATION] = annotation
+    if booking:
+        annotations[BOOKING_ANNOTATION] = booking
     patch = json_diff(original, mutated)
     return Mutation(patch, annotation, tuple(terms))

@@ -1,0 +1,208 @@
+"""Where a pod could be scheduled: its node selector, required node affinity, tolerations, cordons
+and GPU resources against each node, as kube-scheduler's filters judge them. Pure, no I/O.
+
+One function (`why_infeasible`) serves the webhook (advice names only feasible nodes), the
+descheduler (an evicted pod needs somewhere to go) and the simulator. A pod's constraints reduce
+to a hashable `PodConstraints`, so the replicas of one Deployment share one feasible set per
+snapshot (`FeasibleSets`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scoring.policy import PlacementPolicy
+from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request, is_gpu_resource, parse_quantity
+
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+FILTERED_EFFECTS = ("NoSchedule", "NoExecute")
+"""Taint effects the scheduler filters on; PreferNoSchedule only scores."""
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """As the scheduler's ToleratesTaint: an empty effect matches every effect, an empty
+        key with `Exists` matches every key; `Equal` needs key and value to match."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.operator in ("Equal", "") and self.key == taint.key and self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...]
+
+    def matches(self, value: str | None) -> bool:
+        """`value` is the node's label (or field) value, None when absent."""
+        op = self.operator
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        if op in ("Gt", "Lt") and value is not None and len(self.values) == 1:
+            # The scheduler parses both sides as integers; anything else never matches.
+            try:
+                have, bound = int(value), int(self.values[0])
+            except ValueError:
+                return False
+            return have > bound if op == "Gt" else have < bound
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    expressions: tuple[Requirement, ...] = ()
+    fields: tuple[Requirement, ...] = ()
+    """Only `metadata.name` is a node field the scheduler knows."""
+
+    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
+        if not self.expressions and not self.fields:
+            return False  # an empty term selects nothing
+        return (all(r.matches(labels.get(r.key)) for r in self.expressions)
+                and all(r.matches(name if r.key == "metadata.name" else None) for r in self.fields))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What placement needs of one node, read from its Node object."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    allocatable: Mapping[str, int] = field(default_factory=dict, hash=False, compare=False)
+    """Whole units of every GPU resource the node offers (MIG profiles, shared GPUs included)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodConstraints:
+    """A pod's scheduling constraints, hashable: pods with equal constraints share a feasible set."""
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    required_terms: tuple[NodeSelectorTerm, ...] = ()
+    """ORed; empty means no required node affinity."""
+    tolerations: tuple[Toleration, ...] = ()
+    units: tuple[tuple[str, int], ...] = ()
+    """(GPU resource, units) needed on one node."""
+
+
+def _strings(values: object) -> tuple[str, ...]:
+    return tuple(str(v) for v in as_list(values) if isinstance(v, (str, int, float)) and not isinstance(v, bool))
+
+
+def _requirements(items: object) -> tuple[Requirement, ...]:
+    return tuple(Requirement(str(e.get("key", "")), str(e.get("operator", "")), _strings(e.get("values")))
+                 for e in as_list(items) if isinstance(e, dict))
+
+
+def taints_of(node: Mapping[str, Any]) -> tuple[Taint, ...]:
+    return tuple(Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
+                 for t in as_list(as_dict(node.get("spec")).get("taints")) if isinstance(t, dict))
+
+
+def tolerations_of(pod: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    return tuple(Toleration(str(t.get("key", "") or ""), str(t.get("operator", "") or "Equal"),
+                            str(t.get("value", "") or ""), str(t.get("effect", "") or ""))
+                 for t in as_list(as_dict(pod.get("spec")).get("tolerations")) if isinstance(t, dict))
+
+
+def constraints_of(pod: Mapping[str, Any], policy: PlacementPolicy) -> PodConstraints:
+    """The pod's constraints from its JSON; tolerant of missing or mistyped fields."""
+    spec = as_dict(pod.get("spec"))
+    selector = tuple(sorted((str(k), str(v)) for k, v in as_dict(spec.get("nodeSelector")).items()))
+    required = as_dict(as_dict(as_dict(spec.get("affinity")).get("nodeAffinity"))
+                       .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    terms = tuple(NodeSelectorTerm(_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
+                  for t in as_list(required.get("nodeSelectorTerms")) if isinstance(t, dict))
+    try:
+        request = gpu_request(dict(pod), policy)
+    except BadQuantity:
+        request = None
+    units = tuple((r, n) for r, n in request.units if n > 0) if request else ()
+    return PodConstraints(selector, terms, tolerations_of(pod), units)
+
+
+def node_facts(node: Mapping[str, Any], policy: PlacementPolicy) -> NodeFacts:
+    """From a Node object, keeping the allocatable of the policy's GPU resources only."""
+    metadata, spec, status = as_dict(node.get("metadata")), as_dict(node.get("spec")), as_dict(node.get("status"))
+    name = str(metadata.get("name", ""))
+    labels = {str(k): str(v) for k, v in as_dict(metadata.get("labels")).items()}
+    allocatable: dict[str, int] = {}
+    for resource, quantity in as_dict(status.get("allocatable")).items():
+        if isinstance(resource, str) and is_gpu_resource(resource, policy.gpu_resources):
+            try:
+                allocatable[resource] = int(parse_quantity(quantity))
+            except (BadQuantity, ValueError, ArithmeticError):
+                continue
+    return NodeFacts(name, labels, taints_of(node), bool(spec.get("unschedulable")), allocatable)
+
+
+def why_infeasible(pod: PodConstraints, node: NodeFacts, free: Mapping[str, int] | None = None) -> str | None:
+    """None when the pod could be scheduled on the node; else the filter that rejects it.
+    `free` is the node's free units per GPU resource (allocatable when not given)."""
+    if node.unschedulable and not any(t.tolerates(Taint(UNSCHEDULABLE_TAINT, "", "NoSchedule"))
+                                      for t in pod.tolerations):
+        return "NodeUnschedulable"
+    room = node.allocatable if free is None else free
+    for resource, units in pod.units:
+        if room.get(resource, 0) < units:
+            return f"NodeResourcesFit: {resource}"
+    if any(node.labels.get(key) != value for key, value in pod.node_selector):
+        return "NodeAffinity: nodeSelector"
+    if pod.required_terms and not any(term.matches(node.name, node.labels) for term in pod.required_terms):
+        return "NodeAffinity: required terms"
+    for taint in node.taints:
+        if taint.effect in FILTERED_EFFECTS and not any(t.tolerates(taint) for t in pod.tolerations):
+            return f"TaintToleration: {taint.key}={taint.value}:{taint.effect}"
+    return None
+
+
+def feasible_names(pod: PodConstraints, nodes: Iterable[NodeFacts]) -> frozenset[str]:
+    """Nodes where the pod fits by its constraints and the nodes' allocatable (not current use)."""
+    return frozenset(node.name for node in nodes if why_infeasible(pod, node) is None)
+
+
+class FeasibleSets:
+    """Feasible node sets for one snapshot of the nodes, computed once per constraint signature.
+
+    Bounded (least recently used dropped), since signatures come from untrusted pods. Not
+    thread-safe: the caller holds its own lock."""
+
+    def __init__(self, nodes: Mapping[str, NodeFacts], capacity: int = 512) -> None:
+        self.nodes = nodes
+        self._capacity = capacity
+        self._sets: OrderedDict[PodConstraints, frozenset[str]] = OrderedDict()
+
+    def __call__(self, pod: PodConstraints) -> frozenset[str]:
+        found = self._sets.get(pod)
+        if found is None:
+            found = self._sets[pod] = feasible_names(pod, self.nodes.values())
+            if len(self._sets) > self._capacity:
+                self._sets.popitem(last=False)
+        else:
+            self._sets.move_to_end(pod)
+        return found

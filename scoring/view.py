@@ -1,0 +1,47 @@
+"""The cluster as placement sees it at one moment: nodes, GPU units held, recent bindings. Pure, no I/O.
+
+`webhook.cluster_watch` keeps it current from a list/watch of Nodes and Pods; the simulator builds
+it from its world. Frozen, so one refresh's telemetry and cluster view are judged together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from scoring.feasibility import NodeFacts
+
+BOOKING_ANNOTATION = "gpu-balancer.io/booking"
+"""Set by the webhook on steered pods: lets the replica that steered a pod recognise its binding
+(admission of a generateName pod sees neither its name nor its uid)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """A GPU pod seen bound to a node."""
+
+    pod: str
+    """namespace/name"""
+    node: str
+    units: tuple[tuple[str, int], ...]
+    at: datetime
+    booking: str = ""
+    """The pod's booking annotation, when a webhook replica steered it."""
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    nodes: Mapping[str, NodeFacts]
+    held: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Node → GPU resource → units requested by bound, non-terminal pods."""
+    bound: frozenset[str] = frozenset()
+    """namespace/name of every bound, non-terminal GPU pod counted in `held`."""
+    taken_at: datetime | None = None
+
+    def free(self, node: str) -> dict[str, int]:
+        facts = self.nodes.get(node)
+        if facts is None:
+            return {}
+        held = self.held.get(node, {})
+        return {resource: units - held.get(resource, 0) for resource, units in facts.allocatable.items()}

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from scoring.feasibility import NodeFacts, PodConstraints, constraints_of, node_facts
 from scoring.policy import OptInPolicy, PlacementPolicy
-from scoring.workloads import (BadQuantity, as_dict, as_list, gpu_request, is_gpu_resource, labels_of, parse_quantity,
-                               training_group)
+from scoring.workloads import as_dict, as_list, labels_of, training_group
 
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 
@@ -36,6 +36,8 @@ class PodInfo:
     training_group: tuple[str, str] | None
     workload: str
     """namespace/kind/name of the controller that recreates it (a Deployment for ReplicaSet pods)."""
+    constraints: PodConstraints = field(default_factory=PodConstraints, hash=False, compare=False)
+    """Where its replacement could be scheduled: selector, affinity, tolerations, GPU units."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,8 @@ class NodeInfo:
     allocatable: dict[str, int] = field(hash=False, compare=False)
     """GPU resources the node offers (whole units)."""
     unschedulable: bool = False
+    facts: NodeFacts | None = field(default=None, hash=False, compare=False)
+    """Labels, taints and cordon, for feasibility; None when built without a Node object."""
 
 
 @dataclass(frozen=True)
@@ -86,13 +90,6 @@ class Cluster:
         return Counter(p.workload for p in self.pods if p.phase == "Running" and not p.terminating)
 
 
-def _whole(quantity: Any) -> int:
-    try:
-        return int(parse_quantity(quantity).to_integral_value(rounding="ROUND_CEILING"))
-    except BadQuantity:
-        return 0
-
-
 def _workload(namespace: str, owner_kind: str, owner_name: str, labels: dict[str, str]) -> str:
     if owner_kind == "ReplicaSet" and labels.get("pod-template-hash") and \
             owner_name.endswith("-" + labels["pod-template-hash"]):
@@ -106,17 +103,7 @@ def pod_info(obj: dict[str, Any], policy: PlacementPolicy) -> PodInfo:
                  {})
     annotations = {k: v for k, v in as_dict(metadata.get("annotations")).items() if isinstance(v, str)}
     labels = labels_of(obj)
-    resources: Counter = Counter()
-    try:
-        request = gpu_request(obj, policy)
-    except BadQuantity:
-        request = None
-    if request is not None:
-        for container in as_list(spec.get("containers")):
-            limits = as_dict(as_dict(as_dict(container).get("resources")).get("limits"))
-            requests = as_dict(as_dict(as_dict(container).get("resources")).get("requests"))
-            for name in request.resources:
-                resources[name] += _whole(limits.get(name, requests.get(name, 0)))
+    constraints = constraints_of(obj, policy)
     volumes = as_list(spec.get("volumes"))
     namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
     owner_kind, owner_name = str(owner.get("kind", "")), str(owner.get("name", ""))
@@ -124,21 +111,18 @@ def pod_info(obj: dict[str, Any], policy: PlacementPolicy) -> PodInfo:
         namespace=namespace, name=name, node=str(spec.get("nodeName", "")), phase=str(status.get("phase", "")),
         terminating=bool(metadata.get("deletionTimestamp")), owner_kind=owner_kind, owner_name=owner_name,
         priority=int(spec.get("priority", 0) or 0), annotations=annotations,
-        gpu_resources=tuple(sorted(resources.items())),
+        gpu_resources=constraints.units,
         local_storage=any(isinstance(v, dict) and ("emptyDir" in v or "hostPath" in v) for v in volumes),
         mirror="kubernetes.io/config.mirror" in annotations,
         training_group=training_group(obj, policy),
         workload=_workload(namespace, owner_kind, owner_name, labels),
+        constraints=constraints,
     )
 
 
 def node_info(obj: dict[str, Any], policy: PlacementPolicy) -> NodeInfo:
-    metadata, spec, status = as_dict(obj.get("metadata")), as_dict(obj.get("spec")), as_dict(obj.get("status"))
-    allocatable = as_dict(status.get("allocatable"))
-    gpus = {name: _whole(q) for name, q in allocatable.items()
-            if is_gpu_resource(name, policy.gpu_resources)}
-    return NodeInfo(str(metadata.get("name", "")), {k: v for k, v in gpus.items() if v > 0},
-                    bool(spec.get("unschedulable")))
+    facts = node_facts(obj, policy)
+    return NodeInfo(facts.name, {k: v for k, v in facts.allocatable.items() if v > 0}, facts.unschedulable, facts)
 
 
 def namespace_object(name: str, opt_in: OptInPolicy | None = None) -> dict[str, Any]:

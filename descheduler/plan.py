@@ -2,7 +2,8 @@
 
 A node is a source only when it is hot now *and* has been over the window (mean and a low
 quantile, with enough samples): a spike of seconds never triggers an eviction. A pod is evicted
-only when a cool node has free GPUs of the kind it needs; that capacity is reserved as the plan
+only when a cool node that the pod could be scheduled on (its selector, affinity, tolerations:
+`scoring.feasibility`) has free GPUs of the kind it needs; that capacity is reserved as the plan
 is built, so one cool node is not promised twice.
 """
 
@@ -14,9 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from descheduler.cluster import Cluster, PodInfo
+from descheduler.cluster import Cluster, NodeInfo, PodInfo
 from descheduler.filters import why_not_evictable
 from descheduler.ledger import LedgerState
+from scoring.feasibility import why_infeasible
 from scoring.heat import FleetHeat, Tier
 from scoring.policy import DeschedulerPolicy
 from scoring.prometheus import WindowStats
@@ -132,10 +134,13 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
             if limit is not None:
                 skipped.append(Skip(pod.namespace, pod.name, f"limit reached: {limit.value}", limit))
                 continue
-            destination = _reserve(spare, dict(pod.gpu_resources))
+            destination, unusable = _reserve(spare, pod, cluster)
             if destination is None:
                 need = ", ".join(f"{r}×{c}" for r, c in pod.gpu_resources)
-                skipped.append(Skip(pod.namespace, pod.name, f"no cool node has free {need}"))
+                why = f"no cool node has free {need}" if not unusable else (
+                    f"no cool node the pod can use has free {need} ({unusable} with room rejected by its "
+                    "node selector, affinity or tolerations)")
+                skipped.append(Skip(pod.namespace, pod.name, why))
                 continue
             evictions.append(PlannedEviction(pod.namespace, pod.name, node_name, pod.workload,
                                              f"{source_reason}; pod's GPUs ~{share:.0f} points; room on {destination}"))
@@ -145,11 +150,19 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
     return Plan(tuple(name for name, _ in sources), tuple(evictions), tuple(skipped), tuple(notes))
 
 
-def _reserve(spare: dict[str, Counter], need: dict[str, int]) -> str | None:
-    """Reserve `need` on the cool node with the most room for it; None when none has room."""
-    fitting = [name for name, room in spare.items() if all(room[r] >= c for r, c in need.items())]
+def _reserve(spare: dict[str, Counter], pod: PodInfo, cluster: Cluster) -> tuple[str | None, int]:
+    """Reserve the pod's GPUs on the cool node with the most room for it that the pod could be
+    scheduled on. Returns (node or None, how many nodes with room the pod could not use)."""
+    need = dict(pod.gpu_resources)
+    roomy = [name for name, room in spare.items() if all(room[r] >= c for r, c in need.items())]
+    fitting = [name for name in roomy if _usable(pod, cluster.nodes[name])]
     if not fitting:
-        return None
+        return None, len(roomy)
     best = max(fitting, key=lambda name: (sum(spare[name][r] for r in need), name))
     spare[best].subtract(need)
-    return best
+    return best, 0
+
+
+def _usable(pod: PodInfo, node: NodeInfo) -> bool:
+    """Whether the pod's replacement could be scheduled there (room is checked by the caller)."""
+    return node.facts is None or why_infeasible(pod.constraints, node.facts) is None

@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from scoring.policy import BalancerPolicy
 from webhook.admit import decide
 from webhook.cache import SnapshotCache
+from webhook.cluster_watch import ClusterWatch
 from webhook.ledger import SteeringLedger
 from webhook.metrics import WebhookMetrics, create_metrics
 from webhook.review import MAX_BODY_BYTES, BodyTooLarge, ReviewError, build_response, decode_review, dump_json
@@ -41,12 +42,17 @@ async def _read_bounded(request: Request, limit: int) -> bytes:
 
 def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: WebhookMetrics | None = None,
                ledger: SteeringLedger | None = None, clock: Callable[[], datetime] = _utcnow,
-               run_cache: bool = True, liveness: Callable[[], str | None] = lambda: None) -> FastAPI:
-    """The webhook app. `cache` is started and stopped with the app unless `run_cache` is False.
-    `liveness` names why the process should be restarted (`/healthz` fails), or returns None."""
+               run_cache: bool = True, liveness: Callable[[], str | None] = lambda: None,
+               cluster: ClusterWatch | None = None) -> FastAPI:
+    """The webhook app. `cache` (and `cluster`, the cluster view's watch) are started and stopped
+    with the app unless `run_cache` is False. `liveness` names why the process should be
+    restarted (`/healthz` fails), or returns None."""
     metrics = metrics or create_metrics()
     ledger = ledger or SteeringLedger(policy.placement.settle_seconds)
-    cache.on_refresh.append(lambda telemetry: ledger.prepare(telemetry.index))
+    view = cluster.freeze if cluster is not None else (lambda: None)
+    # Telemetry and the cluster view are taken together, off the request path, once per refresh.
+    cache.on_refresh.append(lambda telemetry: ledger.prepare(telemetry.index, view()))
+    metrics.cluster_view.set_function(lambda: 0.0 if ledger.view is None else 1.0)
 
     def snapshot_age() -> float:
         current = cache.current
@@ -57,10 +63,14 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if run_cache:
+            if cluster is not None:
+                cluster.start()
             cache.start()
         yield
         if run_cache:
             cache.stop()
+            if cluster is not None:
+                cluster.stop()
 
     app = FastAPI(title="gpu-balancer webhook", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -84,6 +94,8 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
             metrics.admissions.labels("unchanged", "internal-error").inc()
             return JSONResponse(build_response(admission.uid))
         metrics.admissions.labels(decision.outcome, decision.reason).inc()
+        if fresh is not None and ledger.view is None and decision.outcome == "mutated":
+            metrics.without_cluster_view.inc()
         metrics.latency.observe(time.perf_counter() - started)
         if decision.reason == "no-telemetry":
             log.info("admitted %s/%s without node steering: no fresh telemetry", admission.namespace, admission.uid)

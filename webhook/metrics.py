@@ -18,6 +18,9 @@ class WebhookMetrics:
     reader_restarts: Counter
     certificate_swaps: Counter
     certificate_rejections: Counter
+    cluster_view: Gauge
+    cluster_view_states: Counter
+    without_cluster_view: Counter
 
 
 def create_metrics(registry: CollectorRegistry | None = None) -> WebhookMetrics:
@@ -43,4 +46,13 @@ def create_metrics(registry: CollectorRegistry | None = None) -> WebhookMetrics:
         certificate_rejections=Counter("gpu_balancer_certificate_rejections_total",
                                        "Changed certificate files not taken (pair mismatched or not valid now).",
                                        registry=registry),
+        cluster_view=Gauge("gpu_balancer_cluster_view_available",
+                           "1 while advice uses the cluster view (feasible nodes only), 0 on telemetry alone.",
+                           registry=registry),
+        cluster_view_states=Counter("gpu_balancer_cluster_view_state_changes_total",
+                                    "Changes of the cluster view's API access, by the state entered "
+                                    "(ok, forbidden, unreachable).", ["state"], registry=registry),
+        without_cluster_view=Counter("gpu_balancer_advice_without_cluster_view_total",
+                                     "Pods advised on telemetry alone: no cluster view, so feasibility unchecked.",
+                                     registry=registry),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 from typing import Any
 
@@ -11,6 +12,8 @@ import uvicorn
 from scoring.policy import BalancerPolicy
 from webhook.app import create_app
 from webhook.cache import SnapshotCache
+from webhook.cluster_watch import cluster_watch_from_environment
+from webhook.ledger import SteeringLedger
 from webhook.metrics import WebhookMetrics, create_metrics
 from webhook.refresher import ChildProcessReader
 from webhook.tls import CertificateReloader, server_context
@@ -40,6 +43,9 @@ def tls_server(app: Any, *, tls_cert: str, tls_key: str, host: str, port: int, l
 def build_server(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: str, port: int,
                  log_level: str = "info") -> tuple[uvicorn.Server, CertificateReloader]:
     metrics = create_metrics()
+    ledger = SteeringLedger(policy.placement.settle_seconds, replica=f"{socket.gethostname()}-")
+    cluster = cluster_watch_from_environment(policy.placement, on_binding=ledger.bind,
+                                             on_state=lambda state: metrics.cluster_view_states.labels(state).inc())
     reader = ChildProcessReader(policy, on_restart=lambda reason: metrics.reader_restarts.labels(reason).inc())
     cache = SnapshotCache(reader, policy, on_error=lambda _error: metrics.telemetry_errors.inc(), on_stop=reader.close)
     limit = policy.telemetry.staleness_limit_seconds
@@ -50,7 +56,7 @@ def build_server(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: s
             return f"the telemetry reader has not answered for {failing:.0f}s (limit {limit:g}s)"
         return None
 
-    app = create_app(policy, cache, metrics=metrics, liveness=liveness)
+    app = create_app(policy, cache, metrics=metrics, liveness=liveness, ledger=ledger, cluster=cluster)
     return tls_server(app, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, log_level=log_level,
                       metrics=metrics)
 

@@ -110,6 +110,11 @@ def test_rbac_is_least_privilege(base):
     assert {("pods/eviction", "create"), ("pods", "list"), ("nodes", "list"), ("events", "create"),
             ("namespaces", "list")} <= grants
     assert not any(v in ("delete", "update", "patch") for r, v in grants if r == "pods")
+    (webhook,) = find(base, "ClusterRole", "gpu-balancer-webhook")
+    assert {(r, v) for rule in webhook["rules"] for r in rule["resources"] for v in rule["verbs"]} == {
+        (r, v) for r in ("nodes", "pods") for v in ("get", "list", "watch")}, "the cluster view reads, nothing more"
+    (binding,) = find(base, "ClusterRoleBinding", "gpu-balancer-webhook")
+    assert binding["subjects"][0]["name"] == "gpu-balancer-webhook"
 
 
 def test_the_webhook_is_highly_available(base):

@@ -165,3 +165,21 @@ def test_without_namespace_objects_no_pod_is_evictable_and_the_reason_says_what_
     result = plan(bare, usage={"hot-a": [("inference", "svc-1", 1, 95.0)]})
     assert result.evictions == ()
     assert "kubectl get namespaces,nodes,pods" in result.skipped[0].reason
+
+
+def test_a_pod_is_evicted_only_when_a_cool_node_it_can_use_has_room():
+    pinned = pod_obj("p0", "hot-a", owner_name="svc0-5d4f")
+    pinned["spec"]["nodeSelector"] = {"pool": "h100"}
+    l4 = node_obj("cool-b")
+    l4["metadata"]["labels"] = {"pool": "l4"}
+    usage = {"hot-a": [("inference", "p0", 1, 100.0)]}
+    skipped = plan(cluster(node_obj("hot-a"), l4, pinned), usage=usage)
+    assert skipped.evictions == ()
+    assert "no cool node the pod can use" in skipped.skipped[0].reason and "1 with room" in skipped.skipped[0].reason
+    h100 = node_obj("cool-b")
+    h100["metadata"]["labels"] = {"pool": "h100"}
+    h100["spec"] = {"taints": [{"key": "reserved", "value": "x", "effect": "NoSchedule"}]}
+    assert plan(cluster(node_obj("hot-a"), h100, pinned), usage=usage).evictions == (), "an untolerated taint"
+    pinned["spec"]["tolerations"] = [{"key": "reserved", "operator": "Exists"}]
+    moved = plan(cluster(node_obj("hot-a"), h100, pinned), usage=usage)
+    assert [(e.pod, e.node) for e in moved.evictions] == [("p0", "hot-a")]

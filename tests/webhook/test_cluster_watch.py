@@ -1,0 +1,157 @@
+"""The cluster view's list/watch through the real `kubernetes` client against a stateful API
+stand-in on loopback: pagination, bindings, bookmarks, 410 relists, dropped streams, 403 fallback."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from kubernetes import client
+
+from scoring.policy import PlacementPolicy
+from scoring.view import BOOKING_ANNOTATION, Binding
+from tests.kube_api import KubeApi, serve
+from webhook.cluster_watch import ClusterWatch
+
+POLICY = PlacementPolicy()
+
+
+def node(name: str, gpus: int = 8, **extra) -> dict:
+    return {"metadata": {"name": name, "labels": {"pool": extra.pop("pool", "h100")}},
+            "spec": extra, "status": {"allocatable": {"cpu": "96", "nvidia.com/gpu": str(gpus)}}}
+
+
+def pod(name: str, node_name: str | None, gpus: int = 1, phase: str = "Running", booking: str = "",
+        resource: str = "nvidia.com/gpu") -> dict:
+    spec: dict = {"containers": [{"name": "c", "resources": {"limits": {resource: str(gpus)}}}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    metadata: dict = {"name": name, "namespace": "ml"}
+    if booking:
+        metadata["annotations"] = {BOOKING_ANNOTATION: booking}
+    return {"metadata": metadata, "spec": spec, "status": {"phase": phase}}
+
+
+def eventually(condition: Callable[[], object], seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+@pytest.fixture
+def cluster():
+    """(api stand-in, start(**options) → a started ClusterWatch, bindings seen)."""
+    api = KubeApi()
+    server, url = serve(api)
+    configuration = client.Configuration()
+    configuration.host = url
+    api_client = client.ApiClient(configuration)
+    watches: list[ClusterWatch] = []
+    bindings: list[Binding] = []
+
+    def start(**options) -> ClusterWatch:
+        options = {"page_size": 3, "watch_seconds": 2, "backoff": (0.05, 0.2), "grace_seconds": 0.0, **options}
+        watch = ClusterWatch(api_client, POLICY, on_binding=bindings.append, **options)
+        watch.start()
+        watches.append(watch)
+        return watch
+
+    yield api, start, bindings
+    for watch in watches:
+        watch.stop()
+    server.shutdown()
+    api_client.close()
+
+
+def test_lists_in_pages_and_keeps_units_held_per_node_and_resource(cluster):
+    api, start, bindings = cluster
+    for i in range(7):
+        api.put("nodes", node(f"n{i}"))
+    api.put("nodes", node("mig", 0) | {"status": {"allocatable": {"nvidia.com/mig-1g.10gb": "28"}}})
+    api.put("pods", pod("a", "n1", 2))
+    api.put("pods", pod("b", "mig", 3, resource="nvidia.com/mig-1g.10gb"))
+    api.put("pods", pod("pending", None))
+    api.put("pods", pod("done", "n1", 4, phase="Succeeded"))
+    api.put("pods", {"metadata": {"name": "cpu", "namespace": "ml"}, "spec": {"nodeName": "n2", "containers": []},
+                     "status": {"phase": "Running"}})
+    watch = start()
+    eventually(watch.freeze)
+    view = watch.freeze()
+    assert sorted(view.nodes) == ["mig"] + [f"n{i}" for i in range(7)]
+    assert view.free("n1")["nvidia.com/gpu"] == 6 and view.free("mig") == {"nvidia.com/mig-1g.10gb": 25}
+    assert view.bound == {"ml/a", "ml/b"}
+    node_lists = [q for path, q in api.requests if path == "/api/v1/nodes" and "watch" not in q]
+    assert len(node_lists) == 3 and all(q["limit"] == ["3"] for q in node_lists)
+    assert "continue" in node_lists[1] and "continue" in node_lists[2]
+    pod_queries = [q for path, q in api.requests if path == "/api/v1/pods"]
+    assert all("spec.nodeName!=" in q["fieldSelector"][0] for q in pod_queries)
+    assert watch.state == "ok"
+
+
+def test_bindings_and_releases_arrive_through_the_watch(cluster):
+    api, start, bindings = cluster
+    api.put("nodes", node("n1"))
+    watch = start()
+    eventually(watch.freeze)
+    api.put("pods", pod("web-1", None))
+    api.put("pods", pod("web-1", "n1", 2, booking="r1-7"))
+    eventually(lambda: bindings)
+    assert [(b.pod, b.node, b.units, b.booking) for b in bindings] == [("ml/web-1", "n1", (("nvidia.com/gpu", 2),),
+                                                                         "r1-7")]
+    eventually(lambda: watch.freeze().free("n1")["nvidia.com/gpu"] == 6)
+    api.put("pods", pod("web-1", "n1", 2, phase="Succeeded"))
+    eventually(lambda: watch.freeze().free("n1")["nvidia.com/gpu"] == 8)
+    api.put("nodes", node("n1", unschedulable=True, taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}]))
+    eventually(lambda: watch.freeze().nodes["n1"].unschedulable)
+    assert watch.freeze().nodes["n1"].taints[0].key == "k"
+    assert len(bindings) == 1, "a pod's end is not a binding"
+
+
+def test_watch_resumes_from_bookmarks_and_relists_on_410_gone(cluster):
+    api, start, _ = cluster
+    api.put("nodes", node("n1"))
+    watch = start(watch_seconds=1)
+    eventually(watch.freeze)
+    api.bookmark()
+    bookmarked = api.version
+    eventually(lambda: any(q.get("resourceVersion") == [str(bookmarked)] for path, q in api.requests
+                           if path == "/api/v1/nodes" and "watch" in q))
+    assert watch.relists["nodes"] == 1
+    api.put("nodes", node("n2"))
+    api.compact()  # the open watch ends and the history it would resume from is gone
+    api.put("nodes", node("n3"))
+    eventually(lambda: watch.relists["nodes"] >= 2)
+    eventually(lambda: sorted(watch.freeze().nodes) == ["n1", "n2", "n3"])
+
+
+def test_a_stream_dropped_mid_way_resumes_without_losing_events(cluster):
+    api, start, bindings = cluster
+    api.put("nodes", node("n1"))
+    watch = start(watch_seconds=30)
+    eventually(watch.freeze)
+    eventually(lambda: any("watch" in q for path, q in api.requests if path == "/api/v1/pods"))
+    api.drop_watch_after = 1
+    api.put("pods", pod("a", "n1"))  # the pods stream drops after sending this one
+    api.put("pods", pod("b", "n1"))
+    api.put("pods", pod("c", "n1"))
+    eventually(lambda: {b.pod for b in bindings} == {"ml/a", "ml/b", "ml/c"})
+    eventually(lambda: watch.freeze().free("n1")["nvidia.com/gpu"] == 5)
+    assert watch.relists["pods"] == 1, "resumed from its version, no relist needed"
+
+
+def test_forbidden_means_no_view_and_one_state_change_until_access_returns(cluster):
+    api, start, _ = cluster
+    api.put("nodes", node("n1"))
+    api.forbidden = True
+    states: list[str] = []
+    watch = start(on_state=states.append)
+    eventually(lambda: watch.state == "forbidden")
+    time.sleep(0.5)  # several retries, still one state change
+    assert watch.freeze() is None and states == ["forbidden"]
+    api.forbidden = False
+    eventually(watch.freeze)
+    assert states == ["forbidden", "ok"]

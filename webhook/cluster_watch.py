@@ -1,0 +1,318 @@
+"""The webhook's cluster view: paginated list then watch of Nodes and Pods through the Kubernetes
+API (I/O), kept to what placement needs and frozen into a `ClusterView` on each refresh.
+
+Two background threads (nodes, pods), never on the admission path. Each lists in pages
+(`limit`/`continue`), then watches from the list's `resourceVersion` with bookmarks, resumes from
+the last version it saw when a stream ends or drops, relists when the server answers 410 Gone,
+and backs off on errors. Pods are listed bound and non-terminal only (a field selector), so a
+pod's binding arrives as its first event; each binding is handed to `on_binding` (the ledger).
+
+Without API access (403, API down) `freeze` returns None and the webhook advises on telemetry
+alone; each change of state is logged once and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from scoring.feasibility import NodeFacts, node_facts
+from scoring.policy import PlacementPolicy
+from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView
+from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request
+
+log = logging.getLogger("gpu_balancer.webhook.cluster")
+
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+"""Pods that hold resources: the scheduler counts a pod from its binding until it ends."""
+
+
+class Gone(Exception):
+    """The resourceVersion is too old (410): relist."""
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+class _Held:
+    """A pod's claim on a node: (node, GPU units)."""
+
+    __slots__ = ("node", "units")
+
+    def __init__(self, node: str, units: tuple[tuple[str, int], ...]) -> None:
+        self.node, self.units = node, units
+
+
+class ClusterWatch:
+    def __init__(self, api: client.ApiClient, policy: PlacementPolicy, *,
+                 on_binding: Callable[[Binding], None] = lambda binding: None,
+                 on_state: Callable[[str], None] = lambda state: None,
+                 clock: Callable[[], datetime] = _utcnow, page_size: int = 500, watch_seconds: int = 300,
+                 request_timeout: float = 30.0, backoff: tuple[float, float] = (0.5, 30.0),
+                 grace_seconds: float = 60.0, recent_seconds: float = 120.0) -> None:
+        self._core = client.CoreV1Api(api)
+        self._policy = policy
+        self._on_binding = on_binding
+        self._on_state = on_state
+        self._clock = clock
+        self._page = page_size
+        self._watch_seconds = watch_seconds
+        self._timeout = request_timeout
+        self._backoff = backoff
+        self._grace = timedelta(seconds=grace_seconds)
+        self._recent = timedelta(seconds=recent_seconds)
+        self._lock = threading.Lock()
+        self._nodes: dict[str, NodeFacts] = {}
+        self._pods: dict[str, _Held] = {}
+        self._held: dict[str, Counter] = {}
+        self._synced = {"nodes": False, "pods": False}
+        self._failing_since: dict[str, datetime | None] = {"nodes": None, "pods": None}
+        self._state = "starting"
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._frozen: ClusterView | None = None
+        self._dirty = True
+        self.relists = Counter()
+        """Lists made, by kind: the first, and one after each 410 Gone."""
+
+    # -- the view -----------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """"starting", "ok", "forbidden" or "unreachable"."""
+        return self._state
+
+    def freeze(self) -> ClusterView | None:
+        """The current view, or None while it cannot be trusted (not listed yet, or the API has
+        failed for longer than the grace period)."""
+        now = self._clock()
+        with self._lock:
+            if not all(self._synced.values()):
+                return None
+            if any(since is not None and now - since > self._grace for since in self._failing_since.values()):
+                return None
+            if self._dirty or self._frozen is None:
+                self._frozen = ClusterView(dict(self._nodes), {n: dict(c) for n, c in self._held.items()},
+                                           frozenset(self._pods), now)
+                self._dirty = False
+            return self._frozen
+
+    # -- running ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for kind in ("nodes", "pods"):
+            thread = threading.Thread(target=self._run, args=(kind,), name=f"watch-{kind}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=2)
+
+    def _run(self, kind: str) -> None:
+        delay = self._backoff[0]
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self._list(kind)
+                    self._set_failing(kind, None)
+                version = self._watch(kind, version)
+                delay = self._backoff[0]
+            except Exception as error:  # noqa: BLE001 - any failure: back off and resume, never die
+                if isinstance(error, Gone) or (isinstance(error, ApiException) and error.status == 410):
+                    log.info("%s watch: resourceVersion %s expired (410 Gone): relisting", kind, version)
+                    version = None
+                    continue
+                self._set_failing(kind, error)
+                self._stop.wait(delay)
+                delay = min(self._backoff[1], delay * 2)
+
+    def _call(self, kind: str, **kwargs: Any) -> Any:
+        method = self._core.list_node if kind == "nodes" else self._core.list_pod_for_all_namespaces
+        if kind == "pods":
+            kwargs["field_selector"] = BOUND_PODS
+        return method(_preload_content=False, **kwargs)
+
+    def _list(self, kind: str) -> str:
+        """List every page, then replace the kind's state at once; returns the list's version."""
+        token: str | None = None
+        objects: list[dict[str, Any]] = []
+        while True:
+            response = self._call(kind, limit=self._page, _continue=token,
+                                  _request_timeout=self._timeout)
+            try:
+                document = json.loads(response.data)
+            except ValueError:
+                raise RuntimeError(f"{kind} list: the API answered something that is not JSON") from None
+            objects.extend(o for o in as_list(document.get("items")) if isinstance(o, dict))
+            metadata = as_dict(document.get("metadata"))
+            token = metadata.get("continue") or None
+            if token is None:
+                version = str(metadata.get("resourceVersion", ""))
+                break
+        now = self._clock()
+        with self._lock:
+            if kind == "nodes":
+                self._nodes = {}
+                for obj in objects:
+                    self._apply_node("ADDED", obj)
+            else:
+                self._pods, self._held = {}, {}
+                for obj in objects:
+                    self._apply_pod("ADDED", obj, now, relist=True)
+            self._synced[kind] = True
+            self._dirty = True
+        self.relists[kind] += 1
+        return version
+
+    def _watch(self, kind: str, version: str) -> str:
+        response = self._call(kind, watch=True, resource_version=version, allow_watch_bookmarks=True,
+                              timeout_seconds=self._watch_seconds,
+                              _request_timeout=(self._timeout, self._watch_seconds + self._timeout))
+        self._set_failing(kind, None)
+        try:
+            for event in self._events(response):
+                if self._stop.is_set():
+                    break
+                kind_of_event = event.get("type")
+                obj = as_dict(event.get("object"))
+                if kind_of_event == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Gone()
+                    raise RuntimeError(f"{kind} watch error: {str(obj.get('message', obj))[:200]}")
+                version = str(as_dict(obj.get("metadata")).get("resourceVersion", version))
+                if kind_of_event == "BOOKMARK":
+                    continue
+                with self._lock:
+                    if kind == "nodes":
+                        self._apply_node(str(kind_of_event), obj)
+                    else:
+                        self._apply_pod(str(kind_of_event), obj, self._clock())
+                    self._dirty = True
+        finally:
+            response.release_conn()
+        return version
+
+    @staticmethod
+    def _events(response: Any) -> Iterator[dict[str, Any]]:
+        for line in iter_resp_lines(response):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                raise RuntimeError("watch stream sent a line that is not JSON") from None
+            if isinstance(event, dict):
+                yield event
+
+    # -- applying objects (under the lock) ----------------------------------------------------
+
+    def _apply_node(self, event: str, obj: dict[str, Any]) -> None:
+        name = str(as_dict(obj.get("metadata")).get("name", ""))
+        if event == "DELETED":
+            self._nodes.pop(name, None)
+        elif name:
+            self._nodes[name] = node_facts(obj, self._policy)
+
+    def _apply_pod(self, event: str, obj: dict[str, Any], now: datetime, relist: bool = False) -> None:
+        metadata, spec = as_dict(obj.get("metadata")), as_dict(obj.get("spec"))
+        key = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+        phase = as_dict(obj.get("status")).get("phase")
+        node = spec.get("nodeName")
+        if event == "DELETED" or phase in ("Succeeded", "Failed") or not isinstance(node, str) or not node:
+            self._release(key)
+            return
+        if key in self._pods:
+            return  # a bound pod's GPU requests and node never change
+        try:
+            request = gpu_request(obj, self._policy)
+        except BadQuantity:
+            request = None
+        units = tuple((r, n) for r, n in request.units if n > 0) if request else ()
+        if not units:
+            return
+        self._pods[key] = _Held(node, units)
+        self._held.setdefault(node, Counter()).update(dict(units))
+        scheduled = self._scheduled_at(obj) or now
+        if relist and now - scheduled > self._recent:
+            return  # long bound: its load shows in telemetry already
+        booking = as_dict(metadata.get("annotations")).get(BOOKING_ANNOTATION, "")
+        self._on_binding(Binding(key, node, units, min(scheduled, now), booking if isinstance(booking, str) else ""))
+
+    def _release(self, key: str) -> None:
+        held = self._pods.pop(key, None)
+        if held is not None:
+            counter = self._held.get(held.node)
+            if counter is not None:
+                counter.subtract(dict(held.units))
+                if not +counter:
+                    del self._held[held.node]
+
+    @staticmethod
+    def _scheduled_at(obj: dict[str, Any]) -> datetime | None:
+        for condition in as_list(as_dict(obj.get("status")).get("conditions")):
+            if isinstance(condition, dict) and condition.get("type") == "PodScheduled" \
+                    and condition.get("status") == "True":
+                return _parse_time(condition.get("lastTransitionTime"))
+        return None
+
+    def _set_failing(self, kind: str, error: Exception | None) -> None:
+        with self._lock:
+            self._failing_since[kind] = None if error is None else (self._failing_since[kind] or self._clock())
+            if error is None:
+                state = "ok" if all(since is None for since in self._failing_since.values()) else self._state
+            elif isinstance(error, ApiException) and error.status in (401, 403):
+                state = "forbidden"
+            else:
+                state = "unreachable"
+        if state != self._state:
+            self._state = state
+            if error is None:
+                log.info("cluster view: API access restored; advice uses the cluster view again")
+            else:
+                log.warning("cluster view: %s (%s); advising on telemetry alone until it recovers",
+                            state, str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__)
+            self._on_state(state)
+
+
+def cluster_watch_from_environment(policy: PlacementPolicy, **options: Any) -> ClusterWatch | None:
+    """A watch with the in-cluster ServiceAccount, else $KUBECONFIG; None (telemetry-only advice,
+    logged) when neither is there or it cannot be loaded."""
+    from kubernetes import config
+
+    try:
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+        elif os.environ.get("KUBECONFIG"):
+            configuration = client.Configuration()
+            config.load_kube_config(client_configuration=configuration)
+        else:
+            log.warning("cluster view off: no in-cluster ServiceAccount and no $KUBECONFIG; advising on telemetry alone")
+            return None
+    except (config.ConfigException, OSError) as error:
+        log.warning("cluster view off: cannot load the Kubernetes configuration (%s); advising on telemetry alone",
+                    error)
+        return None
+    api = client.ApiClient(configuration)
+    return ClusterWatch(api, policy, **options)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from descheduler.cluster import namespace_object
 from scoring.policy import OptInPolicy
-from sim.scenario import Scenario
+from sim.scenario import PoolShape, Scenario
 from sim.scheduler import IMAGE_SIZE_ANNOTATION, NodeState, pod_key
 
 SERVICE_TIME_MS = 25.0
@@ -47,6 +47,8 @@ class Service:
     """Model-serving images carry weights: many GB, which is what makes ImageLocality pull replicas together."""
     burst_until: int = -1
     serial: int = 0
+    pool: PoolShape | None = None
+    """The pool its pods are pinned to by nodeSelector (tolerating its taints), or None."""
 
 
 @dataclass
@@ -86,6 +88,8 @@ class World:
     gpu_util: list[dict[str, dict[int, tuple[float, str | None]]]] = field(default_factory=list)
     down: dict[str, int] = field(default_factory=dict)
     jobs: dict[str, dict] = field(default_factory=dict)
+    units: dict[str, int] = field(default_factory=dict)
+    """Schedulable GPU units per node: GPUs, or MIG instances on a MIG pool."""
 
     @property
     def now_seconds(self) -> float:
@@ -98,33 +102,77 @@ class World:
         return [p for p in self.pods.values() if p.service == service and p.node is not None]
 
 
+def _pool_nodes(scenario: Scenario) -> list[tuple[str, PoolShape, int]]:
+    """(node name, its pool, index in the pool) for every node. The single-pool fleet keeps its
+    historic names, so old scenarios replay exactly."""
+    if not scenario.fleet.pools:
+        pool = scenario.fleet.pool_shapes()[0]
+        return [(f"gpu-node-{i:03d}", pool, i) for i in range(pool.nodes)]
+    return [(f"{pool.name}-{i:03d}", pool, i) for pool in scenario.fleet.pools for i in range(pool.nodes)]
+
+
 def build_world(scenario: Scenario, seed: int) -> World:
     rng = random.Random(seed)
     f = scenario.fleet
-    nodes = {}
-    for i in range(f.nodes):
-        name = f"gpu-node-{i:03d}"
-        zone = f"zone-{i % f.zones}"
-        clique = f"cluster-1.{i // f.nodes_per_clique}"
+    nodes, units, pools = {}, {}, {}
+    for position, (name, pool, i) in enumerate(_pool_nodes(scenario)):
+        zone = f"zone-{position % f.zones}"
+        clique = f"cluster-1.{i // pool.nodes_per_clique}" if not f.pools else f"{pool.name}.{i // pool.nodes_per_clique}"
+        labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", **pool.labels, "kubernetes.io/hostname": name,
+                  "topology.kubernetes.io/zone": zone, "nvidia.com/gpu.clique": clique}
         nodes[name] = NodeState.from_object({
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone,
-                                                  "nvidia.com/gpu.clique": clique,
-                                                  "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]},
             "status": {"allocatable": {"cpu": str(f.cpu_per_node), "memory": f"{f.memory_gib_per_node}Gi",
-                                       "nvidia.com/gpu": str(f.gpus_per_node)}}})
+                                       pool.resource: str(pool.units_per_node)}}})
+        units[name], pools[name] = pool.units_per_node, pool
     inf = scenario.inference
     raw = [rng.paretovariate(inf.pareto_alpha) for _ in range(inf.services)]
-    scale = inf.mean_demand_fraction * f.nodes * f.gpus_per_node / max(sum(raw), 1e-9)
+    placement = _service_pools(scenario, seed)
+    capacity: dict[str | None, int] = defaultdict(int)
+    for name, pool in pools.items():
+        capacity[pool.name] += units[name]
+        if not pool.taints and not pool.mig_profile:
+            capacity[None] += units[name]  # unpinned services may use any untainted whole-GPU node
+    raw_by_group: dict[str | None, float] = defaultdict(float)
+    for s, r in enumerate(raw):
+        raw_by_group[placement[s].name if placement[s] else None] += r
     services = {}
     for s, r in enumerate(raw):
-        demand = r * scale
+        group = placement[s].name if placement[s] else None
+        demand = r * inf.mean_demand_fraction * capacity[group] / max(raw_by_group[group], 1e-9)
         minimum = 1 if demand < 0.3 else 2
         services[f"svc-{s:02d}"] = Service(
             name=f"svc-{s:02d}", demand=demand, phase=rng.uniform(0, 2 * math.pi), min_replicas=minimum,
             max_replicas=max(minimum, math.ceil(demand * (1 + inf.diurnal_amplitude) * BURST / inf.max_replica_util)),
             cpu=rng.choice((4, 8, 16)),
-            memory_gib=rng.choice((32, 64, 128)), template_hash=f"{rng.getrandbits(32):08x}"[:9])
-    return World(scenario, rng, nodes, services)
+            memory_gib=rng.choice((32, 64, 128)), template_hash=f"{rng.getrandbits(32):08x}"[:9], pool=placement[s])
+    for service in services.values():
+        if service.pool is not None and service.pool.mig_profile:
+            # A MIG instance is a slice of a GPU; its server gets a slice of the host too.
+            service.cpu = max(1, service.cpu // service.pool.instances_per_gpu)
+            service.memory_gib = max(4, service.memory_gib // service.pool.instances_per_gpu)
+    return World(scenario, rng, nodes, services, units=units)
+
+
+def _service_pools(scenario: Scenario, seed: int) -> list[PoolShape | None]:
+    """Which pool each service is pinned to (None: unpinned), drawn by `poolShares` from an rng
+    of its own so that fleets without pools replay exactly."""
+    shares = scenario.inference.pool_shares
+    if not shares:
+        return [None] * scenario.inference.services
+    by_name = {p.name: p for p in scenario.fleet.pool_shapes()}
+    rng = random.Random(seed * 31 + 7)
+    out: list[PoolShape | None] = []
+    for _ in range(scenario.inference.services):
+        draw, chosen = rng.random(), None
+        for share in shares:
+            if draw < share.share:
+                chosen = by_name[share.pool]
+                break
+            draw -= share.share
+        out.append(chosen)
+    return out
 
 
 def service_pod(world: World, service: Service) -> SimPod:
@@ -138,8 +186,13 @@ def service_pod(world: World, service: Service) -> SimPod:
                              "name": f"{service.name}-{service.template_hash}", "uid": service.name}]},
         "spec": {"containers": [{"name": "server", "image": f"registry.example/{service.name}:1", "resources": {
             "requests": {"cpu": str(service.cpu), "memory": f"{service.memory_gib}Gi"},
-            "limits": {"nvidia.com/gpu": "1"}}}]},
+            "limits": {service.pool.resource if service.pool else "nvidia.com/gpu": "1"}}}]},
         "status": {"phase": "Pending"}}
+    if service.pool is not None:
+        obj["spec"]["nodeSelector"] = dict(service.pool.labels)
+        if service.pool.taints:
+            obj["spec"]["tolerations"] = [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}
+                                          for t in service.pool.taints]
     pod = SimPod(obj, service.name, created_tick=world.tick)
     world.pods[pod_key(obj)] = pod
     return pod
@@ -180,9 +233,11 @@ def cluster_objects(world: World) -> list[dict]:
     bound = [dict(p.obj, kind="Pod") for p in world.pods.values() if p.node is not None]
     namespaces = sorted({pod.get("metadata", {}).get("namespace", "") for pod in bound})
     objects = [namespace_object(name, OptInPolicy()) for name in namespaces]
-    objects += [{"kind": "Node", "metadata": {"name": n.name}, "spec": {"unschedulable": n.unschedulable},
-                "status": {"allocatable": {"nvidia.com/gpu": str(int(n.allocatable["nvidia.com/gpu"]))}}}
-               for n in world.nodes.values()]
+    objects += [{"kind": "Node", "metadata": {"name": n.name, "labels": dict(n.labels)},
+                 "spec": {"unschedulable": n.unschedulable, "taints": list(n.taints)},
+                 "status": {"allocatable": {r: str(int(q)) for r, q in n.allocatable.items()
+                                            if r.startswith("nvidia.com/")}}}
+                for n in world.nodes.values()]
     return objects + bound
 
 
@@ -260,12 +315,13 @@ def recreate(world: World, pod: SimPod) -> None:
 
 
 def gpu_count(pod: SimPod) -> int:
-    return int(float(pod.obj["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]))
+    """GPU units the pod holds: GPUs, or MIG instances."""
+    limits = pod.obj["spec"]["containers"][0]["resources"]["limits"]
+    return sum(int(float(v)) for r, v in limits.items() if r.startswith("nvidia.com/"))
 
 
 def measure(world: World) -> TickSample:
     """Assign traffic to running replicas, record true utilisation, and model latency."""
-    gpus = world.scenario.fleet.gpus_per_node
     for service in world.services.values():
         running = world.running(service.name)
         share = demand_now(world, service) / len(running) if running else 0.0
@@ -276,7 +332,7 @@ def measure(world: World) -> TickSample:
     for pod in world.pods.values():
         if pod.node is None:
             continue
-        node_load[pod.node] += min(1.0, pod.load) * gpu_count(pod) / gpus
+        node_load[pod.node] += min(1.0, pod.load) * gpu_count(pod) / world.units[pod.node]
     by_node: dict[str, list[SimPod]] = defaultdict(list)
     for pod in world.pods.values():
         if pod.node is not None:
@@ -299,7 +355,7 @@ def measure(world: World) -> TickSample:
             if pod.service is not None and pod.load > 0:
                 latencies.append((_p99_ms(pod.load, speed), pod.load))
                 even_load_latencies.append((_p99_ms(pod.load, even_speed), pod.load))
-        node_util[name] = 100 * busy / gpus
+        node_util[name] = 100 * busy / world.units[name]
     world.history.append(node_util)
     world.gpu_util.append(dict(per_gpu))
     return TickSample(node_util, len(world.pending()), latencies, even_load_latencies)

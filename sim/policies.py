@@ -6,19 +6,21 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections import Counter
+from collections import Counter, deque
 from datetime import datetime, timedelta, timezone
 
 from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler.plan import plan_evictions
+from scoring.feasibility import NodeFacts, Taint, constraints_of, why_infeasible
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
 from scoring.prometheus import WindowStats, topology_keys
 from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
 from scoring.telemetry import GpuSample, PodRef
+from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView
 from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
-from sim.scheduler import choose, evaluate
+from sim.scheduler import choose, evaluate, pod_key
 from webhook.admit import decide
 from webhook.cache import telemetry_of
 from webhook.ledger import SteeringLedger
@@ -37,7 +39,7 @@ def observed_samples(world: World, lag: int = 0) -> list[GpuSample]:
     observed = world.gpu_util[-1 - lag]
     samples = []
     for name in observed:
-        for index in range(world.scenario.fleet.gpus_per_node):
+        for index in range(world.units[name]):
             util, key = observed[name].get(index, (0.0, None))
             used = 500 + 600 * util if key else 500.0
             samples.append(GpuSample(node=name, gpu=str(index), uuid=f"GPU-{name}-{index}",
@@ -46,6 +48,31 @@ def observed_samples(world: World, lag: int = 0) -> list[GpuSample]:
                                      temperature_c=35 + 0.45 * util, power_w=70 + 6 * util,
                                      pod=PodRef(*key.split("/", 1)) if key else None))
     return samples
+
+
+def _requested_units(node) -> float:
+    return sum(q for r, q in node.requested.items() if r.startswith("nvidia.com/"))
+
+
+def cluster_view(world: World, policy: BalancerPolicy, now: datetime) -> ClusterView:
+    """The world as the webhook's list/watch shows it: nodes and the GPU units bound pods hold."""
+    nodes, held, bound = {}, {}, set()
+    for node in world.nodes.values():
+        allocatable = {r: int(q) for r, q in node.allocatable.items() if r.startswith("nvidia.com/")}
+        nodes[node.name] = NodeFacts(node.name, node.labels, tuple(Taint(t.get("key", ""), t.get("value", ""),
+                                                                         t.get("effect", "")) for t in node.taints),
+                                     node.unschedulable, allocatable)
+        held[node.name] = {r: int(node.requested[r]) for r in allocatable if node.requested[r]}
+        bound.update(node.pods)
+    return ClusterView(nodes, held, frozenset(bound), now)
+
+
+def preferred_nodes(pod: dict) -> tuple[str, ...]:
+    """The node names of the pod's preferred node-affinity terms (the advice's)."""
+    terms = pod.get("spec", {}).get("affinity", {}).get("nodeAffinity", {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution", [])
+    return tuple(f["values"][0] for t in terms for f in t.get("preference", {}).get("matchFields", [])
+                 if f.get("key") == "metadata.name" and f.get("values"))
 
 
 class Stock:
@@ -60,8 +87,14 @@ class Stock:
     def place(self, world: World, pod: SimPod) -> str | None:
         return choose(evaluate(pod.obj, list(world.nodes.values()), score_gpus=self.score_gpus), self.rng)
 
+    def bound(self, world: World, pod: SimPod, node: str) -> None:
+        """Told of every binding, as a watch of pods would show it."""
+
     def deschedule(self, world: World) -> None:
         pass
+
+    def advice_metrics(self) -> dict[str, float]:
+        return {}
 
 
 class StockGpuScored(Stock):
@@ -79,8 +112,7 @@ class LowNodeUtilization(Stock):
     high, low, per_run = 0.9, 0.5, 4
 
     def deschedule(self, world: World) -> None:
-        gpus = world.scenario.fleet.gpus_per_node
-        share = {n: node.requested["nvidia.com/gpu"] / gpus for n, node in world.nodes.items() if n not in world.down}
+        share = {n: _requested_units(node) / world.units[n] for n, node in world.nodes.items() if n not in world.down}
         if not any(v < self.low for v in share.values()):
             return
         evicted = 0
@@ -103,7 +135,6 @@ class Oracle(Stock):
         verdicts = [v for v in evaluate(pod.obj, list(world.nodes.values())) if v.feasible]
         if not verdicts:
             return None
-        gpus = world.scenario.fleet.gpus_per_node
         load: Counter = Counter()
         for other in world.pods.values():
             if other.node is not None:
@@ -114,8 +145,8 @@ class Oracle(Stock):
             same = [v for v in verdicts if world.nodes[v.name].labels["nvidia.com/gpu.clique"] in cliques]
             verdicts = same or verdicts
         expected = pod.load or self._share(world, pod)
-        return min(verdicts, key=lambda v: ((load[v.name] + expected * gpu_count(pod)) / gpus,
-                                            world.nodes[v.name].requested["nvidia.com/gpu"], v.name)).name
+        return min(verdicts, key=lambda v: ((load[v.name] + expected * gpu_count(pod)) / world.units[v.name],
+                                            _requested_units(world.nodes[v.name]), v.name)).name
 
     @staticmethod
     def _share(world: World, pod: SimPod) -> float:
@@ -126,23 +157,37 @@ class Oracle(Stock):
 
 
 class GpuBalancer(Stock):
-    """Stock scheduling of pods mutated by the real webhook decision, plus the real descheduler plan."""
+    """Stock scheduling of pods mutated by the real webhook decision, plus the real descheduler plan.
+
+    Admissions alternate over `webhookReplicas` replicas, each with its own ledger; they share
+    only what the API server shows: the cluster view and bindings, `bindDelaySeconds` late."""
 
     name = "gpu-balancer"
 
     def __init__(self, rng: random.Random, policy: BalancerPolicy | None = None) -> None:
         super().__init__(rng)
         self.policy = policy or default_policy()
-        self.ledger = SteeringLedger(self.policy.placement.settle_seconds)
+        self.ledgers: list[SteeringLedger] = []
         self.evictions = LedgerState()
         self._telemetry_tick = -1
         self._telemetry = None
+        self._admissions = 0
+        self._bindings: deque[tuple[int, Binding]] = deque()
+        self._advised = self._feasible = self._followed = 0
+        self._preferred: dict[str, tuple[str, ...]] = {}
 
     def _lag(self, world: World) -> int:
         return math.ceil(world.scenario.telemetry_lag_seconds / world.scenario.tick_seconds)
 
+    def _ledgers(self, world: World) -> list[SteeringLedger]:
+        if not self.ledgers:
+            settle = self.policy.placement.settle_seconds
+            self.ledgers = [SteeringLedger(settle, replica=f"r{i}-") for i in range(world.scenario.webhook_replicas)]
+        return self.ledgers
+
     def telemetry(self, world: World):
         """Snapshot, heat and ranking from what an exporter scraped `lag` seconds ago."""
+        self._deliver_bindings(world)
         if self._telemetry_tick == world.tick and self._telemetry is not None:
             return self._telemetry
         lag = self._lag(world)
@@ -160,28 +205,64 @@ class GpuBalancer(Stock):
         fleet = fleet_heat(snapshot, self.policy.heat, now=now,
                            staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
         telemetry = telemetry_of(snapshot, fleet)
-        self.ledger.prepare(telemetry.index)
-        self._telemetry, self._telemetry_tick = (snapshot, fleet, telemetry), world.tick
+        view = cluster_view(world, self.policy, now)
+        for ledger in self._ledgers(world):
+            ledger.prepare(telemetry.index, view)
+        self._telemetry, self._telemetry_tick = (snapshot, fleet, telemetry, view), world.tick
         return self._telemetry
 
     def place(self, world: World, pod: SimPod) -> str | None:
         telemetry = self.telemetry(world)
         now = sim_time(world)
+        key = pod_key(pod.obj)
         if "gpu-balancer.io/advice" not in pod.obj["metadata"].get("annotations", {}):
             fresh = telemetry[2] if telemetry else None
+            ledgers = self._ledgers(world)
+            ledger = ledgers[self._admissions % len(ledgers)]
+            self._admissions += 1
+            constraints = constraints_of(pod.obj, self.policy.placement)
             decision = decide(decode_review(json.dumps(pod_review(pod.obj)).encode()),
                               index=fresh.index if fresh else None,
                               telemetry_time=fresh.sampled_at if fresh else None,
                               snapshot_age_seconds=fresh.age_seconds(now) if fresh else None,
-                              ledger=self.ledger, policy=self.policy.placement, now=now)
+                              ledger=ledger, policy=self.policy.placement, now=now)
             pod.obj = patched(pod.obj, decision.review)
-        return super().place(world, pod)
+            preferred = preferred_nodes(pod.obj)
+            if preferred and telemetry is not None:
+                view = telemetry[3]
+                self._advised += 1
+                self._feasible += all(n in view.nodes and why_infeasible(constraints, view.nodes[n]) is None
+                                      for n in preferred)
+                self._preferred[key] = preferred
+        node = super().place(world, pod)
+        if node is not None and key in self._preferred:
+            self._followed += node in self._preferred.pop(key)
+        return node
+
+    def bound(self, world: World, pod: SimPod, node: str) -> None:
+        delay = math.ceil(world.scenario.bind_delay_seconds / world.scenario.tick_seconds)
+        booking = pod.obj["metadata"].get("annotations", {}).get(BOOKING_ANNOTATION, "")
+        units = tuple((r, int(float(v))) for r, v in pod.obj["spec"]["containers"][0]["resources"]["limits"].items()
+                      if r.startswith("nvidia.com/"))
+        self._bindings.append((world.tick + delay, Binding(pod_key(pod.obj), node, units, sim_time(world), booking)))
+        self._deliver_bindings(world)
+
+    def _deliver_bindings(self, world: World) -> None:
+        while self._bindings and self._bindings[0][0] <= world.tick:
+            _, binding = self._bindings.popleft()
+            for ledger in self._ledgers(world):
+                ledger.bind(binding)
+
+    def advice_metrics(self) -> dict[str, float]:
+        if not self._advised:
+            return {}
+        return {"advice_feasible": self._feasible / self._advised, "advice_followed": self._followed / self._advised}
 
     def deschedule(self, world: World) -> None:
         telemetry = self.telemetry(world)
         if telemetry is None:
             return
-        snapshot, fleet, _ = telemetry
+        snapshot, fleet, _, _ = telemetry
         d = self.policy.descheduler
         steps = max(1, int(d.window_seconds / world.scenario.tick_seconds))
         lag = self._lag(world)

@@ -55,6 +55,7 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
             node = policy.place(world, pod)
             if node is not None:
                 bind(world, pod, node)
+                policy.bound(world, pod, node)
         if tick and tick % scenario.descheduler_every_ticks == 0:
             policy.deschedule(world)
         sample = measure(world)
@@ -87,6 +88,7 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
         "pending_pods": fmean(pending) if pending else 0.0,
         "evictions_per_pod_hour_percent": 100 * world.evictions / hours / max(fmean(running_pods), 1.0),
     }
+    metrics.update(policy.advice_metrics())
     judged = [job for job in packed_jobs if job in roomy_jobs]
     if judged:
         # Only jobs for which one clique had room for every worker when they arrived count.

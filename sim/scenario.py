@@ -14,6 +14,43 @@ from scoring.policy import PolicyError, decode_fields
 
 
 @dataclass(frozen=True)
+class TaintShape:
+    key: str = ""
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    """One node pool: its own GPUs, labels and taints; MIG pools expose instances of one profile."""
+
+    name: str = "pool"
+    nodes: int = 8
+    gpus_per_node: int = 8
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[TaintShape, ...] = ()
+    mig_profile: str = ""
+    """e.g. "1g.10gb": the pool's nodes offer `nvidia.com/mig-1g.10gb` instead of `nvidia.com/gpu`."""
+    instances_per_gpu: int = 1
+    nodes_per_clique: int = 4
+
+    @property
+    def resource(self) -> str:
+        return f"nvidia.com/mig-{self.mig_profile}" if self.mig_profile else "nvidia.com/gpu"
+
+    @property
+    def units_per_node(self) -> int:
+        return self.gpus_per_node * (self.instances_per_gpu if self.mig_profile else 1)
+
+
+@dataclass(frozen=True)
+class PoolShare:
+    pool: str = ""
+    share: float = 0.0
+    """Share of the services pinned to this pool by `nodeSelector` (with tolerations for its taints)."""
+
+
+@dataclass(frozen=True)
 class FleetShape:
     nodes: int = 32
     gpus_per_node: int = 8
@@ -22,6 +59,12 @@ class FleetShape:
     zones: int = 4
     nodes_per_clique: int = 4
     """NVLink domain size: nodes sharing one `nvidia.com/gpu.clique` value."""
+    pools: tuple[PoolShape, ...] = ()
+    """Node pools; when given they replace `nodes`, `gpusPerNode` and `nodesPerClique`."""
+
+    def pool_shapes(self) -> tuple[PoolShape, ...]:
+        return self.pools or (PoolShape("default", self.nodes, self.gpus_per_node,
+                                        nodes_per_clique=self.nodes_per_clique),)
 
 
 @dataclass(frozen=True)
@@ -39,6 +82,8 @@ class InferenceShape:
     bursts_per_hour: float = 0.5
     rollouts_per_service_per_day: float = 4.0
     autoscale_every_ticks: int = 4
+    pool_shares: tuple[PoolShare, ...] = ()
+    """Services pinned to pools; the rest may run on any untainted whole-GPU node."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +112,10 @@ class Scenario:
     telemetry_lag_seconds: float = 45.0
     """Exporter collect interval plus scrape interval: how old what policies see is."""
     descheduler_every_ticks: int = 10
+    webhook_replicas: int = 1
+    """Admissions alternate over this many webhook replicas, which share only what the API server
+    shows them: bindings, `bindDelaySeconds` after they happen."""
+    bind_delay_seconds: float = 0.0
     fleet: FleetShape = field(default_factory=FleetShape)
     inference: InferenceShape = field(default_factory=InferenceShape)
     training: TrainingShape = field(default_factory=TrainingShape)
@@ -80,6 +129,16 @@ BUILT_IN = {
     "training-mix": Scenario(name="training-mix", hours=6.0,
                              inference=InferenceShape(services=30, mean_demand_fraction=0.3),
                              training=TrainingShape(jobs_per_hour=1.5)),
+    "mixed-pools": Scenario(
+        name="mixed-pools", fleet=FleetShape(pools=(
+            PoolShape("h100", 12, 8, {"pool": "h100", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+            PoolShape("l4", 12, 8, {"pool": "l4", "nvidia.com/gpu.product": "NVIDIA-L4"}),
+            PoolShape("reserved", 4, 8, {"pool": "reserved", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                      (TaintShape("gpu-balancer.io/reserved", "batch", "NoSchedule"),)),
+            PoolShape("mig", 4, 8, {"pool": "mig", "nvidia.com/mig.strategy": "mixed"}, mig_profile="1g.10gb",
+                      instances_per_gpu=7))),
+        inference=InferenceShape(services=40, pool_shares=(
+            PoolShare("h100", 0.4), PoolShare("l4", 0.3), PoolShare("reserved", 0.1), PoolShare("mig", 0.2)))),
     "node-failure": Scenario(name="node-failure", hours=4.0,
                              events=Events(node_failures_at_hour=1.5, failed_nodes=3, failure_duration_hours=1.0)),
 }
@@ -91,6 +150,23 @@ def load_scenario(text: str) -> Scenario:
     except yaml.YAMLError as error:
         raise PolicyError(f"scenario is not valid YAML: {error}") from None
     scenario = decode_fields(Scenario, document, path="")
+    pools = scenario.fleet.pool_shapes()
+    names = [p.name for p in pools]
+    if len(set(names)) != len(names):
+        raise PolicyError("fleet.pools: pool names must be unique")
+    for i, pool in enumerate(pools):
+        for path, ok in (("nodes", 1 <= pool.nodes <= 2000), ("gpusPerNode", 1 <= pool.gpus_per_node <= 16),
+                         ("instancesPerGpu", 1 <= pool.instances_per_gpu <= 7),
+                         ("nodesPerClique", pool.nodes_per_clique >= 1)):
+            if not ok:
+                raise PolicyError(f"fleet.pools[{i}].{path}: out of range")
+    for i, share in enumerate(scenario.inference.pool_shares):
+        if share.pool not in names:
+            raise PolicyError(f"inference.poolShares[{i}].pool: no pool named {share.pool!r}")
+        if not 0 <= share.share <= 1:
+            raise PolicyError(f"inference.poolShares[{i}].share: out of range (0–1)")
+    if sum(s.share for s in scenario.inference.pool_shares) > 1 + 1e-9:
+        raise PolicyError("inference.poolShares: shares add up to more than 1")
     for path, ok in (("hours", 0 < scenario.hours <= 24 * 7), ("tickSeconds", 5 <= scenario.tick_seconds <= 600),
                      ("fleet.nodes", 1 <= scenario.fleet.nodes <= 2000),
                      ("fleet.gpusPerNode", 1 <= scenario.fleet.gpus_per_node <= 16),
@@ -108,5 +184,6 @@ def named(name: str) -> Scenario:
     return BUILT_IN[name]
 
 
-__all__ = ["BUILT_IN", "Events", "FleetShape", "InferenceShape", "Scenario", "TrainingShape", "load_scenario",
+__all__ = ["BUILT_IN", "Events", "FleetShape", "InferenceShape", "PoolShape", "PoolShare", "Scenario", "TaintShape",
+           "TrainingShape", "load_scenario",
            "named", "replace"]

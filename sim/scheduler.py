@@ -19,6 +19,8 @@ from typing import Any
 from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
 
 HOSTNAME = "kubernetes.io/hostname"
+UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+"""NodeUnschedulable lets a cordoned node through for a pod that tolerates this taint."""
 WEIGHTS = {"NodeAffinity": 2, "PodTopologySpread": 2, "InterPodAffinity": 2, "NodeResourcesFit": 1,
            "BalancedAllocation": 1, "ImageLocality": 1}
 IMAGE_MIN_BYTES, IMAGE_MAX_BYTES = 23 * 2**20, 1000 * 2**20
@@ -196,7 +198,7 @@ def evaluate(pod: Mapping[str, Any], nodes: list[NodeState], *, score_gpus: bool
     failed: dict[str, str] = {}
     for node in nodes:
         reason = None
-        if node.unschedulable:
+        if node.unschedulable and not _tolerated(UNSCHEDULABLE_TAINT, tolerations):
             reason = "NodeUnschedulable"
         elif any(need[r] > node.allocatable.get(r, 0) - node.requested[r] + 1e-9 for r in need if need[r] > 0):
             reason = "NodeResourcesFit"

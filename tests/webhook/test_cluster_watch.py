@@ -155,3 +155,52 @@ def test_forbidden_means_no_view_and_one_state_change_until_access_returns(clust
     api.forbidden = False
     eventually(watch.freeze)
     assert states == ["forbidden", "ok"]
+
+
+def test_advice_from_the_watched_view_names_only_the_pool_the_pod_selects(cluster):
+    """The issue's fleet: 8 busy h100 nodes, 8 idle l4 nodes, a burst of 8 pods pinned to h100."""
+    import json
+    from datetime import datetime, timedelta, timezone
+
+    from scoring.heat import FleetHeat, NodeHeat, Tier
+    from scoring.placement import index_fleet
+    from webhook.admit import decide
+    from webhook.ledger import SteeringLedger
+    from webhook.review import decode_review, patched, pod_review
+
+    api, start, bindings = cluster
+    now = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
+    utils = {}
+    for i in range(8):
+        api.put("nodes", node(f"h100-{i}", pool="h100"))
+        api.put("nodes", node(f"l4-{i}", pool="l4"))
+        utils[f"h100-{i}"], utils[f"l4-{i}"] = 38 + 4 * i, 0.0
+    ledger = SteeringLedger(45, replica="a-")
+    watch = start(clock=lambda: now)
+    eventually(watch.freeze)
+    heat = FleetHeat(now, False, 5.0, tuple(NodeHeat(n, 8, 0, u, u, 0.3, 50.0, None,
+                                                     Tier.COOL if u < 50 else Tier.WARM, ()) for n, u in utils.items()))
+    index = index_fleet(heat)
+    ledger.prepare(index, watch.freeze())
+    chosen = []
+    for i in range(8):
+        obj = pod(f"burst-{i}", None)
+        obj["spec"]["nodeSelector"] = {"pool": "h100"}
+        decision = decide(decode_review(json.dumps(pod_review(obj)).encode()), index=index, telemetry_time=now,
+                          snapshot_age_seconds=5.0, ledger=ledger, policy=POLICY, now=now + timedelta(seconds=1))
+        terms = patched(obj, decision.review)["spec"]["affinity"]["nodeAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"]
+        names = [t["preference"]["matchFields"][0]["values"][0] for t in terms]
+        assert names and all(n.startswith("h100-") for n in names), names
+        chosen.append(names[0])
+    assert max(chosen.count(n) for n in chosen) <= 3, f"the burst is spread, not piled up: {chosen}"
+    assert set(ledger.pending(now)) == set(chosen), "every booking sits on an h100 node"
+    # Without API access the same pod is advised on telemetry alone (the ledger has no view).
+    api.forbidden = True
+    blind = SteeringLedger(45)
+    blind.prepare(index, None)
+    obj = pod("blind", None)
+    obj["spec"]["nodeSelector"] = {"pool": "h100"}
+    decision = decide(decode_review(json.dumps(pod_review(obj)).encode()), index=index, telemetry_time=now,
+                      snapshot_age_seconds=5.0, ledger=blind, policy=POLICY, now=now)
+    assert decision.outcome == "mutated" and decision.review["response"]["allowed"] is True

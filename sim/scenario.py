@@ -150,11 +150,10 @@ def load_scenario(text: str) -> Scenario:
     except yaml.YAMLError as error:
         raise PolicyError(f"scenario is not valid YAML: {error}") from None
     scenario = decode_fields(Scenario, document, path="")
-    pools = scenario.fleet.pool_shapes()
-    names = [p.name for p in pools]
+    names = [p.name for p in scenario.fleet.pool_shapes()]
     if len(set(names)) != len(names):
         raise PolicyError("fleet.pools: pool names must be unique")
-    for i, pool in enumerate(pools):
+    for i, pool in enumerate(scenario.fleet.pools):
         for path, ok in (("nodes", 1 <= pool.nodes <= 2000), ("gpusPerNode", 1 <= pool.gpus_per_node <= 16),
                          ("instancesPerGpu", 1 <= pool.instances_per_gpu <= 7),
                          ("nodesPerClique", pool.nodes_per_clique >= 1)):

@@ -77,7 +77,7 @@ def test_weighted_quantile_weights_requests():
 
 
 def test_built_in_scenarios_exist_and_scenario_files_are_validated():
-    assert set(BUILT_IN) == {"skewed-inference", "burst", "training-mix", "node-failure"}
+    assert set(BUILT_IN) == {"skewed-inference", "burst", "training-mix", "node-failure", "mixed-pools"}
     scenario = load_scenario("name: mine\nhours: 1\nfleet: {nodes: 12, gpusPerNode: 4}\ninference: {services: 6}\n")
     assert (scenario.fleet.nodes, scenario.fleet.gpus_per_node, scenario.inference.services) == (12, 4, 6)
     from scoring.policy import PolicyError
@@ -86,6 +86,40 @@ def test_built_in_scenarios_exist_and_scenario_files_are_validated():
         load_scenario("fleet: {nodes: 0}")
     with pytest.raises(PolicyError, match="fleet.gpuz"):
         load_scenario("fleet: {gpuz: 1}")
+
+
+POOLS = """
+name: pools
+hours: 0.5
+webhookReplicas: 2
+bindDelaySeconds: 30
+fleet:
+  pools:
+    - {name: big, nodes: 6, gpusPerNode: 8, labels: {pool: big}}
+    - {name: tainted, nodes: 3, gpusPerNode: 4, labels: {pool: tainted},
+       taints: [{key: reserved, value: "yes", effect: NoSchedule}]}
+    - {name: mig, nodes: 2, gpusPerNode: 8, labels: {pool: mig}, migProfile: 1g.10gb, instancesPerGpu: 7}
+inference:
+  services: 12
+  poolShares: [{pool: big, share: 0.5}, {pool: tainted, share: 0.25}, {pool: mig, share: 0.25}]
+"""
+
+
+def test_pools_pin_services_and_every_advised_node_is_one_the_pod_can_use():
+    from sim.run import run_policy
+
+    scenario = load_scenario(POOLS)
+    assert [p.resource for p in scenario.fleet.pools][2] == "nvidia.com/mig-1g.10gb"
+    result = run_policy(scenario, "gpu-balancer", 3)
+    assert result.metrics["advice_feasible"] == 1.0
+    assert 0.0 < result.metrics["advice_followed"] <= 1.0
+    assert result.metrics["pending_pods"] < 1.0, "the pinned services fit their pools"
+    from scoring.policy import PolicyError
+
+    with pytest.raises(PolicyError, match="poolShares\\[0\\].pool"):
+        load_scenario(POOLS.replace("{pool: big, share: 0.5}", "{pool: nope, share: 0.5}"))
+    with pytest.raises(PolicyError, match="add up to more than 1"):
+        load_scenario(POOLS.replace("share: 0.5", "share: 0.9"))
 
 
 def cli(*args):

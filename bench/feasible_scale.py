@@ -1,0 +1,121 @@
+"""Benchmark: admission decisions with a cluster view at 5,000 nodes, in 20 pools against one pool,
+and the view's memory at 5,000 nodes / 40,000 pods (in process, no HTTP).
+
+Decision cost: `decide` for pods pinned by nodeSelector to one of 20 pools (each pool's replicas
+share a constraint signature) against unpinned pods on a one-pool fleet of the same size, each
+timed after the first admission of its signature (the per-snapshot feasible set), as the webhook
+runs between refreshes. Memory: the watch's state after applying the objects, by tracemalloc.
+
+    .venv/bin/python bench/feasible_scale.py [--nodes 5000] [--pods 40000] [--admissions 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scoring.feasibility import node_facts  # noqa: E402
+from scoring.heat import FleetHeat, NodeHeat, Tier  # noqa: E402
+from scoring.placement import index_fleet  # noqa: E402
+from scoring.policy import PlacementPolicy  # noqa: E402
+from scoring.view import ClusterView  # noqa: E402
+from webhook.admit import decide  # noqa: E402
+from webhook.cluster_watch import ClusterWatch  # noqa: E402
+from webhook.ledger import SteeringLedger  # noqa: E402
+from webhook.review import decode_review, pod_review  # noqa: E402
+
+POLICY = PlacementPolicy()
+NOW = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
+
+
+def node_object(i: int, pools: int) -> dict:
+    return {"metadata": {"name": f"gpu-{i:05d}", "labels": {
+        "pool": f"p{i % pools}", "kubernetes.io/hostname": f"gpu-{i:05d}", "topology.kubernetes.io/zone": f"z{i % 4}",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.clique": f"c.{i // 4}"}},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8"}}}
+
+
+def pod_object(i: int, pool: str | None) -> dict:
+    spec: dict = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                  "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+    if pool:
+        spec["nodeSelector"] = {"pool": pool}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"pod-{i}", "namespace": "ml"}, "spec": spec}
+
+
+def decision_cost(nodes: int, pools: int, admissions: int, seed: int) -> float:
+    """Median microseconds per admission."""
+    rng = random.Random(seed)
+    objects = [node_object(i, pools) for i in range(nodes)]
+    facts = {f.name: f for f in (node_facts(o, POLICY) for o in objects)}
+    heat = FleetHeat(NOW, False, 5.0, tuple(
+        NodeHeat(name, 8, rng.randint(0, 6), u, u, 0.3, 50.0, None, Tier.COOL if u < 50 else Tier.WARM, ())
+        for name in facts for u in (rng.uniform(0, 79),)))
+    index = index_fleet(heat)
+    ledger = SteeringLedger(45)
+    ledger.prepare(index, ClusterView(facts, {}, frozenset(), NOW))
+    reviews = [decode_review(json.dumps(pod_review(pod_object(i, f"p{i % pools}" if pools > 1 else None))).encode())
+               for i in range(admissions)]
+    for review in reviews[:pools]:  # first admission of each signature builds its feasible set
+        decide(review, index=index, telemetry_time=NOW, snapshot_age_seconds=5.0, ledger=ledger, policy=POLICY,
+               now=NOW)
+    times = []
+    for review in reviews[pools:]:
+        started = time.perf_counter()
+        decide(review, index=index, telemetry_time=NOW, snapshot_age_seconds=5.0, ledger=ledger, policy=POLICY,
+               now=NOW + timedelta(seconds=1))
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e6
+
+
+def view_memory(nodes: int, pods: int) -> tuple[float, int]:
+    """(MB held by the watch's state, GPU pods held)."""
+    from kubernetes import client
+
+    tracemalloc.start()
+    watch = ClusterWatch(client.ApiClient(client.Configuration()), POLICY)
+    baseline = tracemalloc.get_traced_memory()[0]
+    for i in range(nodes):
+        watch._apply_node("ADDED", node_object(i, 20))
+    for i in range(pods):
+        pod = pod_object(i, f"p{i % 20}")
+        pod["spec"]["nodeName"] = f"gpu-{i % nodes:05d}"
+        pod["status"] = {"phase": "Running"}
+        watch._apply_pod("ADDED", pod, NOW, relist=True)
+    watch._synced = {"nodes": True, "pods": True}
+    view = watch.freeze()
+    used = tracemalloc.get_traced_memory()[0] - baseline
+    tracemalloc.stop()
+    assert view is not None and len(view.bound) == pods
+    return used / 2**20, len(view.bound)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=40000)
+    parser.add_argument("--admissions", type=int, default=2000)
+    args = parser.parse_args()
+    one = [decision_cost(args.nodes, 1, args.admissions, seed) for seed in (1, 2, 3)]
+    twenty = [decision_cost(args.nodes, 20, args.admissions, seed) for seed in (1, 2, 3)]
+    print(f"decision, {args.nodes} nodes in 1 pool:   median {statistics.median(one):.0f} µs per admission "
+          f"(seeds 1-3: {', '.join(f'{v:.0f}' for v in one)})")
+    print(f"decision, {args.nodes} nodes in 20 pools: median {statistics.median(twenty):.0f} µs per admission "
+          f"(seeds 1-3: {', '.join(f'{v:.0f}' for v in twenty)})")
+    print(f"ratio 20 pools / 1 pool: {statistics.median(twenty) / statistics.median(one):.2f}x (target ≤ 1.3x)")
+    megabytes, held = view_memory(args.nodes, args.pods)
+    print(f"cluster view: {args.nodes} nodes, {held} GPU pods held: {megabytes:.0f} MB (target ≤ 150 MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -12,6 +12,8 @@ from datetime import datetime
 
 from scoring.feasibility import NodeFacts
 
+_EMPTY: Mapping[str, int] = {}
+
 BOOKING_ANNOTATION = "gpu-balancer.io/booking"
 """Set by the webhook on steered pods: lets the replica that steered a pod recognise its binding
 (admission of a generateName pod sees neither its name nor its uid)."""
@@ -45,3 +47,10 @@ class ClusterView:
             return {}
         held = self.held.get(node, {})
         return {resource: units - held.get(resource, 0) for resource, units in facts.allocatable.items()}
+
+    def free_units(self, node: str, resource: str) -> int:
+        """`free(node)[resource]` without building the dict (the ledger asks per candidate)."""
+        facts = self.nodes.get(node)
+        if facts is None:
+            return 0
+        return facts.allocatable.get(resource, 0) - self.held.get(node, _EMPTY).get(resource, 0)

@@ -29,6 +29,7 @@ from scoring.feasibility import FeasibleSets, PodConstraints
 from scoring.placement import Candidate, PlacementIndex, headroom
 from scoring.view import Binding, ClusterView
 
+_NONE: Counter = Counter()
 MAX_SIGNATURES = 256
 """Feasible rankings kept per snapshot; signatures come from pods, so they are bounded."""
 
@@ -118,7 +119,7 @@ class SteeringLedger:
         if self._pending[booking.node] <= 0:
             del self._pending[booking.node]
         self._total += sign * size
-        if not self._in_view(booking):
+        if self._view is not None and not self._in_view(booking):
             unseen = self._unseen[booking.node]
             unseen.update({resource: sign * units for resource, units in booking.units})
             if not +unseen:
@@ -227,8 +228,7 @@ class SteeringLedger:
         base_free = ranking.members[name][1]
         if self._view is None or not resource:
             return base_free - self._pending.get(name, 0)
-        free = self._view.free(name).get(resource, 0)
-        return free - self._unseen.get(name, Counter())[resource]
+        return self._view.free_units(name, resource) - self._unseen.get(name, _NONE)[resource]
 
     def _entry(self, ranking: _Ranking, name: str) -> tuple[float, int, int, str] | None:
         base, free, position = ranking.members[name]
@@ -251,6 +251,8 @@ class SteeringLedger:
         self._rankings.clear()
         self._changes = []
         self._unseen = defaultdict(Counter)
+        if view is None:
+            return  # without a view, room is telemetry's free GPUs less `_pending`
         for booking in self._bookings.values():
             if not self._in_view(booking):
                 self._unseen[booking.node].update(dict(booking.units))

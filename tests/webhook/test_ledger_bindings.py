@@ -1,0 +1,63 @@
+"""The in-flight ledger with a cluster view: bindings from any replica, a steered pod's booking
+moving to where it bound, room from the view's exact free units, and no double counting."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from scoring.feasibility import NodeFacts, PodConstraints
+from scoring.placement import index_fleet
+from scoring.view import Binding, ClusterView
+from tests.webhook.helpers import NOW, fleet, node
+from webhook.ledger import SteeringLedger
+
+GPU = "nvidia.com/gpu"
+ONE = PodConstraints(units=((GPU, 1),))
+
+
+def view(held=None, bound=frozenset(), names=("a", "b", "c")):
+    return ClusterView({n: NodeFacts(n, {}, (), False, {GPU: 8}) for n in names}, held or {}, frozenset(bound), NOW)
+
+
+def test_a_steered_pods_booking_moves_to_the_node_it_bound_to():
+    ledger = SteeringLedger(45, replica="r1-")
+    ledger.prepare(index_fleet(fleet(node("a", util=5), node("b", util=30), node("c", util=60))), view())
+    booking = ledger.booking_id()
+    ledger.record("a", ((GPU, 2),), NOW, booking)
+    assert ledger.pending(NOW) == {"a": 2}
+    ledger.bind(Binding("ml/web-1", "b", ((GPU, 2),), NOW + timedelta(seconds=2), booking))
+    assert ledger.pending(NOW) == {"b": 2}, "the scheduler chose b: the booking follows the pod"
+    ledger.bind(Binding("ml/web-1", "b", ((GPU, 2),), NOW + timedelta(seconds=3), booking))
+    assert ledger.pending(NOW) == {"b": 2}, "a binding seen twice (a relist) counts once"
+
+
+def test_bindings_of_other_replicas_and_unsteered_pods_are_booked_too():
+    ledger = SteeringLedger(45, replica="r1-")
+    ledger.prepare(index_fleet(fleet(node("a", util=5), node("b", util=30))), view(names=("a", "b")))
+    ledger.bind(Binding("ml/other", "a", ((GPU, 1),), NOW, "r2-7"))
+    ledger.bind(Binding("ml/plain", "a", ((GPU, 3),), NOW, ""))
+    assert ledger.pending(NOW) == {"a": 4}
+    assert ledger.pending(NOW + timedelta(seconds=45)) == {}, "forgotten once telemetry can show them"
+
+
+def test_room_is_the_views_free_units_less_what_the_view_does_not_hold_yet():
+    index = index_fleet(fleet(node("a", util=5), node("b", util=30)))
+    ledger = SteeringLedger(45)
+    ledger.prepare(index, view({"a": {GPU: 6}}, names=("a", "b")))
+    chosen, _ = ledger.top(index, NOW, need=1, k=2, pod=ONE)
+    assert {name: room for _, room, name in chosen} == {"a": 2, "b": 8}, "exact free units from the view"
+    ledger.bind(Binding("ml/x", "a", ((GPU, 2),), NOW, ""))
+    chosen, _ = ledger.top(index, NOW, need=1, k=2, pod=ONE)
+    assert [c[2] for c in chosen] == ["b"], "a is full once the binding the view lacks is counted"
+    # The next refresh's view holds that pod: its units are not counted twice.
+    ledger.prepare(index, view({"a": {GPU: 8}}, bound={"ml/x"}, names=("a", "b")))
+    assert [c[2] for c in ledger.top(index, NOW, need=1, k=2, pod=ONE)[0]] == ["b"]
+    ledger.prepare(index, view({"a": {GPU: 6}}, bound={"ml/x"}, names=("a", "b")))
+    assert "a" in [c[2] for c in ledger.top(index, NOW, need=1, k=2, pod=ONE)[0]], "2 free, none unseen"
+
+
+def test_nodes_the_view_does_not_know_are_never_candidates():
+    index = index_fleet(fleet(node("a", util=5), node("ghost", util=1)))
+    ledger = SteeringLedger(45)
+    ledger.prepare(index, view(names=("a",)))
+    assert [c[2] for c in ledger.top(index, NOW, need=1, k=5, pod=ONE)[0]] == ["a"]

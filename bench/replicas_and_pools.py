@@ -2,7 +2,9 @@
 
 For each configuration, over seeds: the relative change against stock of node-utilisation CoV and
 of p99 latency, plus advice_feasible and advice_followed; then each configuration's mean gain as
-a share of the reference (skewed-inference, one replica). Usage:
+a share of the reference (skewed-inference, one replica) and as a share of the oracle's gain in
+the same scenario (what full knowledge of true load achieves there: pools pinned by selectors
+leave less to balance than one open pool). Usage:
     python bench/replicas_and_pools.py --seeds 1-8 [--hours H]
 """
 
@@ -35,12 +37,14 @@ def main() -> None:
                            bind_delay_seconds=args.bind_delay if replicas > 1 else 0.0)
         if args.hours:
             scenario = replace(scenario, hours=args.hours)
-        rows = gains.setdefault((scenario_name, replicas), {"cov": [], "p99": [], "feasible": [], "followed": []})
+        rows = gains.setdefault((scenario_name, replicas), {"cov": [], "p99": [], "feasible": [], "followed": [],
+                                                            "oracle_cov": [], "oracle_p99": []})
         for seed in seeds(args.seeds):
-            result = compare(scenario, seed, ("stock", "gpu-balancer"))
-            stock, ours = result["stock"].metrics, result["gpu-balancer"].metrics
-            rows["cov"].append(100 * (ours["node_util_cov"] / stock["node_util_cov"] - 1))
-            rows["p99"].append(100 * (ours["p99_latency_ms"] / stock["p99_latency_ms"] - 1))
+            result = compare(scenario, seed, ("stock", "gpu-balancer", "oracle"))
+            stock, ours, oracle = (result[n].metrics for n in ("stock", "gpu-balancer", "oracle"))
+            for key, metric in (("cov", "node_util_cov"), ("p99", "p99_latency_ms")):
+                rows[key].append(100 * (ours[metric] / stock[metric] - 1))
+                rows["oracle_" + key].append(100 * (oracle[metric] / stock[metric] - 1))
             rows["feasible"].append(100 * ours.get("advice_feasible", 1.0))
             rows["followed"].append(100 * ours.get("advice_followed", 0.0))
     reference = gains[CONFIGS[0]]
@@ -50,7 +54,9 @@ def main() -> None:
         for metric in ("cov", "p99"):
             values = rows[metric]
             kept = fmean(values) / fmean(reference[metric]) if fmean(reference[metric]) else float("nan")
-            cells.append(f"{metric} {fmean(values):+.1f}% ({min(values):+.1f}..{max(values):+.1f}) kept {kept:.0%}")
+            of_oracle = fmean(values) / fmean(rows["oracle_" + metric]) if fmean(rows["oracle_" + metric]) else float("nan")
+            cells.append(f"{metric} {fmean(values):+.1f}% ({min(values):+.1f}..{max(values):+.1f}) kept {kept:.0%}, "
+                         f"{of_oracle:.0%} of oracle's {fmean(rows['oracle_' + metric]):+.1f}%")
         cells.append(f"advice_feasible {min(rows['feasible']):.1f}% min")
         cells.append(f"advice_followed {fmean(rows['followed']):.1f}%")
         print(f"{scenario_name:16} replicas={replicas}  " + "  ".join(cells))

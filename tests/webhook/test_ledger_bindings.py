@@ -61,3 +61,42 @@ def test_nodes_the_view_does_not_know_are_never_candidates():
     ledger = SteeringLedger(45)
     ledger.prepare(index, view(names=("a",)))
     assert [c[2] for c in ledger.top(index, NOW, need=1, k=5, pod=ONE)[0]] == ["a"]
+
+
+def _decide(ledger, index, pod):
+    import json
+
+    from scoring.policy import PlacementPolicy
+    from webhook.admit import decide
+    from webhook.review import decode_review, patched, pod_review
+
+    decision = decide(decode_review(json.dumps(pod_review(pod)).encode()), index=index, telemetry_time=NOW,
+                      snapshot_age_seconds=5.0, ledger=ledger, policy=PlacementPolicy(), now=NOW)
+    return decision, patched(pod, decision.review)
+
+
+def test_no_feasible_node_with_room_means_no_node_terms_and_the_annotation_says_so():
+    index = index_fleet(fleet(node("a", util=5), node("b", util=30)))
+    ledger = SteeringLedger(45)
+    ledger.prepare(index, view(names=("a", "b")))
+    pod = {"metadata": {"name": "m", "namespace": "ml"}, "spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}}
+    decision, advised = _decide(ledger, index, pod)
+    assert "nodeAffinity" not in advised["spec"].get("affinity", {})
+    assert "no cool or warm node the pod can use" in advised["metadata"]["annotations"]["gpu-balancer.io/advice"]
+    assert decision.reason == "no-room" and ledger.pending(NOW) == {}
+
+
+def test_a_training_job_picks_its_domain_among_nodes_it_can_use():
+    nodes = [node(f"{pool}-{i}", util=5 if pool == "l4" else 30) for pool in ("l4", "h100") for i in range(2)]
+    index = index_fleet(fleet(*nodes), {n.name: (("nvidia.com/gpu.clique", n.name.split("-")[0]),) for n in nodes})
+    facts = {n.name: NodeFacts(n.name, {"pool": n.name.split("-")[0]}, (), False, {GPU: 8}) for n in nodes}
+    ledger = SteeringLedger(45)
+    ledger.prepare(index, ClusterView(facts, {}, frozenset(), NOW))
+    worker = {"metadata": {"name": "w0", "namespace": "ml", "labels": {"jobset.sigs.k8s.io/jobset-name": "job"}},
+              "spec": {"nodeSelector": {"pool": "h100"}, "containers": [
+                  {"name": "c", "resources": {"limits": {GPU: "4"}}}]}}
+    _, advised = _decide(ledger, index, worker)
+    terms = advised["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert terms and {t["preference"]["matchFields"][0]["values"][0] for t in terms} <= {"h100-0", "h100-1"}, \
+        "the cooler l4 clique is not one the job can use"

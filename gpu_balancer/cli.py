@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import ssl
 import sys
 import warnings
@@ -11,14 +12,83 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from scoring.heat import fleet_heat
-from scoring.policy import BalancerPolicy, PolicyError, default_policy, parse_policy
+from scoring.policy import BalancerPolicy, PolicyError, default_policy, parse_policy, yaml_problem
 from scoring.prometheus import TelemetryError, connect, read_snapshot, utilisation_selector
 
 
 class UsageError(Exception):
     """Bad input on the command line or in a file it names; exit status 2."""
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0–65535)")
+    return value
+
+
+def count(low: int, high: int):
+    """An argparse type: a whole number in [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range ({low}–{high})")
+        return value
+
+    return parse
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < 86400:
+        raise argparse.ArgumentTypeError(f"{text} must be more than 0 and less than a day")
+    return value
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def dns_label(what: str, value: str) -> str:
+    """`value` when it is an RFC 1123 label (Service and Namespace names are), else UsageError."""
+    if not _DNS_LABEL.match(value):
+        raise UsageError(f"{what} {value!r} is not a valid DNS label (lower-case letters, digits and '-', "
+                         "at most 63, starting and ending with a letter or digit)")
+    return value
+
+
+def dns_name(value: str) -> str:
+    """`value` when it is a DNS name a certificate may carry (`*.` allowed first), else UsageError."""
+    labels = value.removeprefix("*.").split(".")
+    if len(value) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
+        raise UsageError(f"--extra-dns {value!r} is not a valid DNS name")
+    return value
+
+
+def writable_directory(path: str, what: str) -> Path:
+    """Create `path` if needed and check that files can be written there, before any work is done."""
+    directory = Path(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".gpu-balancer-write-check"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise UsageError(f"{what} {path}: cannot write there: {error.strerror or error}") from None
+    return directory
 
 
 def _version() -> str:
@@ -30,6 +100,16 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def read_text(path: str, what: str) -> str:
+    """A text file's content, or UsageError naming the file and why it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} {path} is not UTF-8 text") from None
+    except OSError as error:
+        raise UsageError(f"cannot read {what} {path}: {error.strerror or error}") from None
+
+
 def load_policy(path: str | None, prometheus_url: str | None = None, *, reads_prometheus: bool = True
                 ) -> BalancerPolicy:
     """The policy from `--config` (or the defaults), with `--prometheus-url` applied on top; for a
@@ -37,14 +117,19 @@ def load_policy(path: str | None, prometheus_url: str | None = None, *, reads_pr
     policy = default_policy()
     if path:
         try:
-            policy = parse_policy(Path(path).read_text())
-        except OSError as error:
-            raise UsageError(f"cannot read policy {path}: {error.strerror}") from None
+            policy = parse_policy(read_text(path, "policy"))
         except PolicyError as error:
             raise UsageError(f"policy {path}: {error}") from None
     if prometheus_url:
         if not prometheus_url.startswith(("http://", "https://")):
             raise UsageError(f"--prometheus-url must start with http:// or https://, got {prometheus_url!r}")
+        try:
+            parts = urlsplit(prometheus_url)
+            valid = bool(parts.hostname) and (parts.port is None or parts.port > 0)
+        except ValueError:
+            valid = False
+        if not valid:
+            raise UsageError(f"--prometheus-url {prometheus_url!r} is not a usable URL (scheme://host[:port][/path])")
         policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus_url))
     if reads_prometheus:
         _check_credential_files(policy)
@@ -134,8 +219,10 @@ def cmd_certs_generate(args: argparse.Namespace) -> int:
     from certs.files import write_bundle
     from certs.issue import issue_ca, issue_serving, service_dns_names
 
-    if not args.service or not args.namespace:
-        raise UsageError("--service and --namespace must not be empty")
+    dns_label("--service", args.service)
+    dns_label("--namespace", args.namespace)
+    for name in args.extra_dns:
+        dns_name(name)
     ca = issue_ca()
     serving = issue_serving(ca, service_dns_names(args.service, args.namespace) + list(args.extra_dns))
     try:
@@ -187,6 +274,9 @@ def kubernetes_api(kubeconfig: str | None):
                 config.load_kube_config()
     except (config.ConfigException, OSError) as error:
         raise UsageError(f"no Kubernetes configuration: {error}") from None
+    except Exception as error:  # noqa: BLE001 - the loader fails on malformed files in many ways
+        where = kubeconfig or "the default kubeconfig"
+        raise UsageError(f"{where} is not a usable kubeconfig ({type(error).__name__}: {error})") from None
     return client.ApiClient()
 
 
@@ -196,6 +286,8 @@ def cmd_certs_ensure(args: argparse.Namespace) -> int:
 
     from certs.ensure import ensure
 
+    for flag, value in (("--namespace", args.namespace), ("--service", args.service)):
+        dns_label(flag, value)
     api = kubernetes_api(args.kubeconfig)
     try:
         done = ensure(client.CoreV1Api(api), client.AdmissionregistrationV1Api(api), namespace=args.namespace,
@@ -224,10 +316,8 @@ def cmd_deschedule(args: argparse.Namespace) -> int:
     core = events = None
     if args.cluster_file:
         try:
-            cluster = cluster_from_list(json_module.loads(Path(args.cluster_file).read_text()), policy.placement,
-                                        policy.opt_in)
-        except OSError as error:
-            raise UsageError(f"cannot read {args.cluster_file}: {error.strerror}") from None
+            cluster = cluster_from_list(json_module.loads(read_text(args.cluster_file, "cluster file")),
+                                        policy.placement, policy.opt_in)
         except ValueError as error:
             raise UsageError(f"{args.cluster_file}: {error}") from None
     else:
@@ -253,13 +343,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if bool(args.scenario) == bool(args.scenario_file):
         raise UsageError("give exactly one of --scenario and --scenario-file")
     try:
-        scenario = named(args.scenario) if args.scenario else load_scenario(Path(args.scenario_file).read_text())
+        scenario = named(args.scenario) if args.scenario else load_scenario(read_text(args.scenario_file, "scenario"))
     except KeyError as error:
         raise UsageError(str(error.args[0])) from None
-    except OSError as error:
-        raise UsageError(f"cannot read {args.scenario_file}: {error.strerror}") from None
     except PolicyError as error:
         raise UsageError(f"scenario {args.scenario_file}: {error}") from None
+    if args.report:
+        writable_directory(args.report, "--report")
     show = sys.stderr.isatty() and args.output == "table"
 
     def progress(policy: str, tick: int, ticks: int) -> None:
@@ -289,12 +379,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     # Prometheus is read only with --prometheus-url: a production policy explains offline too.
     policy = load_policy(args.config, args.prometheus_url, reads_prometheus=bool(args.prometheus_url))
     try:
-        nodes = nodes_from_list(json_module.loads(Path(args.cluster_file).read_text()))
-        pod = yaml.safe_load(Path(args.pod).read_text())
-    except OSError as error:
-        raise UsageError(f"cannot read {error.filename}: {error.strerror}") from None
-    except (ValueError, yaml.YAMLError) as error:
-        raise UsageError(str(error)) from None
+        nodes = nodes_from_list(json_module.loads(read_text(args.cluster_file, "cluster file")))
+    except ValueError as error:
+        raise UsageError(f"{args.cluster_file}: {str(error).splitlines()[0]}") from None
+    try:
+        pod = yaml.safe_load(read_text(args.pod, "pod"))
+    except yaml.YAMLError as error:
+        raise UsageError(f"{args.pod}: not YAML or JSON: {yaml_problem(error)}") from None
     if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod":
         raise UsageError(f"{args.pod}: expected one Pod (YAML or JSON)")
     snapshot = read_snapshot(connect(policy.prometheus), policy) if args.prometheus_url else None
@@ -306,6 +397,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from gpu_balancer.demo import run_demo
 
+    writable_directory(args.report_dir, "--report-dir")
     return run_demo(nodes=args.nodes, gpus=args.gpus, seed=args.seed, colour=_wants_colour(sys.stdout),
                     report_dir=args.report_dir)
 
@@ -314,6 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-balancer", description="GPU-aware placement for Kubernetes.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Every subcommand's --help shows its defaults.
+    add_parser = commands.add_parser
+    commands.add_parser = lambda *a, **k: add_parser(*a, formatter_class=argparse.ArgumentDefaultsHelpFormatter, **k)
 
     status = commands.add_parser("status", help="the fleet's GPU heat, read from Prometheus")
     status.add_argument("--prometheus-url", help="Prometheus base URL (overrides the policy's)")
@@ -322,15 +417,15 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(handler=cmd_status)
 
     fake = commands.add_parser("fake-dcgm", help="serve a synthetic fleet as dcgm-exporter metrics")
-    fake.add_argument("--nodes", type=int, default=8)
-    fake.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+    fake.add_argument("--nodes", type=count(1, 20000), default=8)
+    fake.add_argument("--gpus", type=count(1, 16), default=8, help="GPUs per node")
     fake.add_argument("--profile", default="skewed", help="skewed, uniform, idle or failing")
     fake.add_argument("--seed", type=int, default=1)
     fake.add_argument("--hostname-label", choices=("Hostname", "hostname"), default="Hostname",
                       help="Hostname (released dcgm-exporter) or hostname (newer main branch)")
     fake.add_argument("--profiling", action="store_true", help="also serve DCGM_FI_PROF_GR_ENGINE_ACTIVE")
     fake.add_argument("--host", default="127.0.0.1")
-    fake.add_argument("--port", type=int, default=9400)
+    fake.add_argument("--port", type=port_number, default=9400)
     fake.set_defaults(handler=cmd_fake_dcgm)
 
     hook = commands.add_parser("webhook", help="serve the mutating admission webhook over TLS")
@@ -338,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     hook.add_argument("--tls-cert", required=True)
     hook.add_argument("--tls-key", required=True)
     hook.add_argument("--host", default="0.0.0.0")
-    hook.add_argument("--port", type=int, default=8443)
+    hook.add_argument("--port", type=port_number, default=8443)
     hook.add_argument("--config", help="BalancerPolicy YAML file")
     hook.set_defaults(handler=cmd_webhook)
 
@@ -352,9 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     generate.set_defaults(handler=cmd_certs_generate)
 
     nvml = commands.add_parser("nvml-exporter", help="serve this node's GPUs, read through NVML, as dcgm-exporter metrics")
-    nvml.add_argument("--port", type=int, default=9400)
+    nvml.add_argument("--port", type=port_number, default=9400)
     nvml.add_argument("--host", default="0.0.0.0")
-    nvml.add_argument("--interval", type=float, default=5.0, help="seconds between GPU reads")
+    nvml.add_argument("--interval", type=positive_seconds, default=5.0, help="seconds between GPU reads")
     nvml.set_defaults(handler=cmd_nvml_exporter)
 
     ensure_cmd = certs_commands.add_parser("ensure", help="create or renew the TLS Secret and the caBundle, in cluster")
@@ -380,7 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     desched.set_defaults(handler=cmd_deschedule)
 
     simulate = commands.add_parser("simulate", help="compare placement policies on a simulated GPU cluster")
-    simulate.add_argument("--scenario", help="built-in scenario: skewed-inference, burst, training-mix, node-failure")
+    simulate.add_argument("--scenario", help="built-in scenario: skewed-inference, burst, training-mix, node-failure, "
+                                             "mixed-pools")
     simulate.add_argument("--scenario-file", help="YAML scenario (see README)")
     simulate.add_argument("--seed", type=int, default=11)
     simulate.add_argument("--output", choices=("table", "json"), default="table")
@@ -397,12 +493,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="the whole path on one machine: telemetry, webhook over TLS, "
                                             "descheduler dry-run, policy comparison")
-    demo.add_argument("--nodes", type=int, default=16)
-    demo.add_argument("--gpus", type=int, default=8)
+    demo.add_argument("--nodes", type=count(1, 2000), default=16)
+    demo.add_argument("--gpus", type=count(1, 16), default=8, help="GPUs per node")
     demo.add_argument("--seed", type=int, default=11)
     demo.add_argument("--report-dir", default="reports/demo", help="where the comparison report is written")
     demo.set_defaults(handler=cmd_demo)
+    _show_defaults(parser)
     return parser
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Give every option with a default some help text, so the formatter prints the default."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _show_defaults(sub)
+        elif action.option_strings and action.default not in (None, False, argparse.SUPPRESS) and not action.help:
+            action.help = "default: %(default)s"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -415,6 +522,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TelemetryError as error:
         print(f"gpu-balancer {args.command}: {error}", file=sys.stderr)
         return 3
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # noqa: BLE001 - the last resort: a message, never a traceback
+        if os.environ.get("GPU_BALANCER_DEBUG"):
+            raise
+        print(f"gpu-balancer {args.command}: unexpected error: {type(error).__name__}: {error} "
+              "(this is a bug; GPU_BALANCER_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

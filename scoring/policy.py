@@ -30,6 +30,13 @@ class PolicyError(ValueError):
     """The policy document is not valid; the message names the field."""
 
 
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML error in one line: where, and what is wrong."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+
+
 @dataclass(frozen=True)
 class BasicAuth:
     username: str = ""
@@ -197,7 +204,7 @@ def parse_policy(text: str) -> BalancerPolicy:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise PolicyError(f"policy is not valid YAML: {error}") from None
+        raise PolicyError(f"policy is not valid YAML: {yaml_problem(error)}") from None
     if document is None:
         document = {}
     if not isinstance(document, dict):

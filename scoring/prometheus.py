@@ -31,8 +31,26 @@ class TelemetryError(RuntimeError):
 
 class PrometheusUnreachable(TelemetryError):
     def __init__(self, url: str, cause: object) -> None:
-        super().__init__(f"cannot reach Prometheus at {url}: {cause}")
+        super().__init__(f"cannot reach Prometheus at {url}: {root_cause(cause)[:200]}")
         self.url = url
+
+
+def root_cause(error: object) -> str:
+    """The innermost reason of a connection failure ("Connection refused", "Name or service not
+    known", a TLS verification failure), not the HTTP library's wrapping of it."""
+    seen = error
+    while isinstance(seen, BaseException):
+        inner = seen.__cause__ or seen.__context__ or next(
+            (a for a in getattr(seen, "args", ()) if isinstance(a, BaseException)), None)
+        reason = getattr(seen, "reason", None)
+        if inner is None and isinstance(reason, BaseException):
+            inner = reason
+        if inner is None:
+            break
+        seen = inner
+    text = getattr(seen, "strerror", None) or str(seen)
+    # urllib3 wraps the OS error's text as "<...>: Failed to establish a new connection: [Errno 111] ..."
+    return text.rsplit("] ", 1)[-1] if "[Errno" in text else text
 
 
 class PrometheusQueryError(TelemetryError):
@@ -135,7 +153,7 @@ def connect(connection: PrometheusConnection) -> QueryFn:
         except PrometheusApiClientException as error:
             raise PrometheusQueryError(connection.url, promql, error) from None
         except requests.RequestException as error:
-            raise PrometheusUnreachable(connection.url, _short(error)) from None
+            raise PrometheusUnreachable(connection.url, error) from None
         except ValueError as error:  # a body that is not JSON: not Prometheus at that URL
             raise PrometheusQueryError(connection.url, promql, f"answer is not JSON ({error})") from None
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import yaml
 
-from scoring.policy import PolicyError, decode_fields
+from scoring.policy import PolicyError, decode_fields, yaml_problem
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def load_scenario(text: str) -> Scenario:
     try:
         document = yaml.safe_load(text) or {}
     except yaml.YAMLError as error:
-        raise PolicyError(f"scenario is not valid YAML: {error}") from None
+        raise PolicyError(f"scenario is not valid YAML: {yaml_problem(error)}") from None
     scenario = decode_fields(Scenario, document, path="")
     names = [p.name for p in scenario.fleet.pool_shapes()]
     if len(set(names)) != len(names):

@@ -374,7 +374,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from sim.explain import as_table, explain, nodes_from_list
+    from sim.explain import as_table, check_quantities, explain, nodes_from_list
 
     # Prometheus is read only with --prometheus-url: a production policy explains offline too.
     policy = load_policy(args.config, args.prometheus_url, reads_prometheus=bool(args.prometheus_url))
@@ -386,8 +386,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
         pod = yaml.safe_load(read_text(args.pod, "pod"))
     except yaml.YAMLError as error:
         raise UsageError(f"{args.pod}: not YAML or JSON: {yaml_problem(error)}") from None
-    if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod":
-        raise UsageError(f"{args.pod}: expected one Pod (YAML or JSON)")
+    if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod" or not (
+            isinstance(pod.get("spec"), dict) and isinstance(pod["spec"].get("containers"), list)):
+        raise UsageError(f"{args.pod}: expected one Pod with spec.containers (YAML or JSON)")
+    if not nodes:
+        raise UsageError(f"{args.cluster_file}: no Node objects to explain against "
+                         "(expected `kubectl get nodes,pods -A -o json`)")
+    try:
+        check_quantities(pod, args.pod)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     snapshot = read_snapshot(connect(policy.prometheus), policy) if args.prometheus_url else None
     result = explain(pod, nodes, snapshot=snapshot, policy=policy, now=datetime.now(timezone.utc))
     print(json_module.dumps(result, indent=2) if args.output == "json" else as_table(result))

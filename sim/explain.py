@@ -13,22 +13,51 @@ from scoring.heat import fleet_heat
 from scoring.placement import index_fleet
 from scoring.policy import BalancerPolicy
 from scoring.telemetry import ClusterSnapshot
+from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
 from sim.scheduler import NodeState, NodeVerdict, evaluate
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger
 from webhook.review import decode_review, patched, pod_review
 
 
+def check_quantities(obj: dict, where: str) -> None:
+    """Raise ValueError naming the first resource quantity of a Node or Pod that is not a Kubernetes
+    quantity: the scheduler model would otherwise read it as zero and explain the wrong thing."""
+    def check(section: object, path: str) -> None:
+        for resource, value in as_dict(section).items():
+            try:
+                parse_quantity(value)
+            except BadQuantity as error:
+                raise ValueError(f"{where}: {path}.{resource}: {error}") from None
+
+    check(as_dict(obj.get("status")).get("allocatable"), "status.allocatable")
+    spec = as_dict(obj.get("spec"))
+    for key in ("containers", "initContainers"):
+        for index, container in enumerate(as_list(spec.get(key))):
+            resources = as_dict(as_dict(container).get("resources"))
+            for section in ("requests", "limits"):
+                check(resources.get(section), f"spec.{key}[{index}].resources.{section}")
+
+
 def nodes_from_list(document: Any) -> list[NodeState]:
-    """NodeStates with their bound pods, from `kubectl get nodes,pods -A -o json`."""
+    """NodeStates with their bound pods, from `kubectl get nodes,pods -A -o json`; raises
+    ValueError naming the first item that is not usable."""
     if not isinstance(document, dict) or not isinstance(document.get("items"), list):
         raise ValueError("expected the JSON of `kubectl get nodes,pods -A -o json` (a List with items)")
-    nodes = {n.name: n for n in (NodeState.from_object(o) for o in document["items"]
-                                 if isinstance(o, dict) and o.get("kind") == "Node")}
+    nodes: dict[str, NodeState] = {}
+    for position, obj in enumerate(document["items"]):
+        if not isinstance(obj, dict):
+            raise ValueError(f"items[{position}] is not an object")
+        check_quantities(obj, f"items[{position}]")
+        if obj.get("kind") == "Node":
+            name = as_dict(obj.get("metadata")).get("name")
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"items[{position}]: a Node without metadata.name")
+            nodes[name] = NodeState.from_object(obj)
     for obj in document["items"]:
-        if isinstance(obj, dict) and obj.get("kind") == "Pod":
-            node = nodes.get(str(obj.get("spec", {}).get("nodeName", "")))
-            if node is not None and obj.get("status", {}).get("phase") in ("Pending", "Running", None):
+        if obj.get("kind") == "Pod":
+            node = nodes.get(str(as_dict(obj.get("spec")).get("nodeName", "")))
+            if node is not None and as_dict(obj.get("status")).get("phase") in ("Pending", "Running", None):
                 node.bind(obj)
     return list(nodes.values())
 

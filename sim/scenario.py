@@ -171,10 +171,35 @@ def load_scenario(text: str) -> Scenario:
                      ("fleet.gpusPerNode", 1 <= scenario.fleet.gpus_per_node <= 16),
                      ("inference.services", 0 <= scenario.inference.services <= 2000),
                      ("inference.paretoAlpha", scenario.inference.pareto_alpha > 1.0),
-                     ("inference.targetUtil", 0 < scenario.inference.target_util <= 1)):
+                     ("inference.targetUtil", 0 < scenario.inference.target_util <= 1),
+                     *_more_ranges(scenario)):
         if not ok:
             raise PolicyError(f"{path}: out of range")
     return scenario
+
+
+def _more_ranges(scenario: Scenario) -> list[tuple[str, bool]]:
+    f, inf, tr, ev = scenario.fleet, scenario.inference, scenario.training, scenario.events
+    total_nodes = sum(p.nodes for p in f.pool_shapes())
+    return [
+        ("telemetryLagSeconds", 0 <= scenario.telemetry_lag_seconds <= 3600),
+        ("deschedulerEveryTicks", scenario.descheduler_every_ticks >= 1),
+        ("fleet.cpuPerNode", f.cpu_per_node >= 1), ("fleet.memoryGibPerNode", f.memory_gib_per_node >= 1),
+        ("fleet.zones", f.zones >= 1), ("fleet.nodesPerClique", f.nodes_per_clique >= 1),
+        ("inference.meanDemandFraction", 0 <= inf.mean_demand_fraction <= 1),
+        ("inference.maxReplicaUtil", 0 < inf.max_replica_util <= 1),
+        ("inference.diurnalAmplitude", 0 <= inf.diurnal_amplitude < 1),
+        ("inference.burstsPerHour", inf.bursts_per_hour >= 0),
+        ("inference.rolloutsPerServicePerDay", inf.rollouts_per_service_per_day >= 0),
+        ("inference.autoscaleEveryTicks", inf.autoscale_every_ticks >= 1),
+        ("training.jobsPerHour", tr.jobs_per_hour >= 0),
+        ("training.workers", bool(tr.workers) and all(1 <= w <= total_nodes * 16 for w in tr.workers)),
+        ("training.gpusPerWorker", 1 <= tr.gpus_per_worker <= 16),
+        ("training.durationHours", bool(tr.duration_hours) and all(h > 0 for h in tr.duration_hours)),
+        ("events.burstPods", 0 <= ev.burst_pods <= 100_000),
+        ("events.failedNodes", 0 <= ev.failed_nodes <= total_nodes),
+        ("events.failureDurationHours", ev.failure_duration_hours > 0),
+    ]
 
 
 def named(name: str) -> Scenario:

@@ -26,7 +26,16 @@ def files(tmp_path_factory) -> dict[str, str]:
     for name, content in {"empty": b"", "binary": bytes(range(256)), "yaml-list": b"- 1\n- 2\n",
                           "bad-yaml": b"key: [unclosed\n", "json-number": b"42",
                           "wrong-kind": b'{"kind": "Service", "items": []}',
-                          "kubeconfig": b"apiVersion: v1\nclusters: 3\ncontexts: {}\n"}.items():
+                          "kubeconfig": b"apiVersion: v1\nclusters: 3\ncontexts: {}\n",
+                          "ok-cluster": b'{"items": [{"kind": "Node", "metadata": {"name": "n"},'
+                                        b' "status": {"allocatable": {"nvidia.com/gpu": "8"}}}]}',
+                          "bad-scenario": b"telemetryLagSeconds: -5\nevents: {failedNodes: 99}\n",
+                          "odd-items": b'{"items": [1, "x", {"kind": "Node"}]}',
+                          "odd-cluster": b'{"items": [{"kind": "Node", "metadata": {"name": "n"}, "spec": "x",'
+                                         b' "status": {"allocatable": {"nvidia.com/gpu": "lots"}}},'
+                                         b' {"kind": "Pod", "spec": 7, "status": []}]}',
+                          "odd-pod": b"kind: Pod\nspec: {containers: [{resources: {limits: {nvidia.com/gpu: many}}},"
+                                     b" 3], nodeSelector: [1], tolerations: {a: b}}\n"}.items():
         path = root / name
         path.write_bytes(content)
         made[name] = str(path)
@@ -49,7 +58,7 @@ BAD_DNS = st.sampled_from(["Bad_Name", "-lead", "trail-", "a" * 64, "has space",
 BAD_DNS_NAMES = st.sampled_from(["Bad_Name.example", "-lead.x", "trail-.x", "a" * 64 + ".com", "has space", "x..y",
                                  "*.*.x"])
 FILE_KINDS = st.sampled_from(["missing", "directory", "empty", "binary", "yaml-list", "bad-yaml", "json-number",
-                              "wrong-kind"])
+                              "wrong-kind", "odd-items", "odd-cluster", "odd-pod"])
 
 
 def commands(files: dict[str, str], closed: str) -> st.SearchStrategy[list[str]]:
@@ -62,6 +71,8 @@ def commands(files: dict[str, str], closed: str) -> st.SearchStrategy[list[str]]
         st.builds(lambda p: ["deschedule", "--kubeconfig", p, "--prometheus-url", closed],
                   st.sampled_from([files["kubeconfig"], files["missing"], files["binary"], files["empty"]])),
         st.builds(lambda p, q: ["explain", "--cluster-file", p, "--pod", q], f, f),
+        st.just(["explain", "--cluster-file", files["ok-cluster"], "--pod", files["odd-pod"]]),
+        st.just(["simulate", "--scenario-file", files["bad-scenario"]]),
         # (an empty scenario file is valid: every default)
         st.builds(lambda p: ["simulate", "--scenario-file", p], f.filter(lambda p: not p.endswith("empty"))),
         st.builds(lambda s: ["simulate", "--scenario", s], st.text(max_size=12)),

@@ -86,6 +86,13 @@ def test_built_in_scenarios_exist_and_scenario_files_are_validated():
         load_scenario("fleet: {nodes: 0}")
     with pytest.raises(PolicyError, match="fleet.gpuz"):
         load_scenario("fleet: {gpuz: 1}")
+    for bad, field in (("telemetryLagSeconds: -5", "telemetryLagSeconds"),
+                       ("fleet: {nodes: 4}\nevents: {failedNodes: 9}", "events.failedNodes"),
+                       ("inference: {meanDemandFraction: -0.2}", "inference.meanDemandFraction"),
+                       ("training: {durationHours: []}", "training.durationHours"),
+                       ("training: {workers: [0, 2]}", "training.workers")):
+        with pytest.raises(PolicyError, match=field):
+            load_scenario(bad)
 
 
 POOLS = """

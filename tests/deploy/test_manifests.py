@@ -297,3 +297,39 @@ def test_make_image_tags_the_build_with_the_package_version_and_the_overlay_over
         f"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{relative}]\nimages:{override}")
     images = {c["image"] for _, template in pod_templates(kustomize(tmp_path)) for c in template["containers"]}
     assert images == {"registry.example.com/platform/gpu-balancer:0.1.0"}
+
+
+EXAMPLES = ["kube-prometheus-stack", "thanos-query", "grafana-mimir"]
+
+
+def _mounts(template: dict) -> list[str]:
+    return [m["mountPath"] for c in template["containers"] for m in c.get("volumeMounts", [])]
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_example_overlays_render_validate_and_mount_every_file_their_policy_reads(example):
+    from scoring.policy import parse_policy
+
+    objects = kustomize(DEPLOY / "examples" / example)
+    for obj in objects:
+        kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
+    (configmap,) = [o for o in find(objects, "ConfigMap") if o["metadata"]["name"].startswith("gpu-balancer-policy")]
+    policy = parse_policy(configmap["data"]["policy.yaml"])
+    assert policy.prometheus.url != parse_policy((DEPLOY / "base" / "policy.yaml").read_text()).prometheus.url
+    assert policy.descheduler.dry_run, "examples keep the dry-run default"
+    files = [f for f in (policy.prometheus.bearer_token_file, policy.prometheus.ca_file,
+                         policy.prometheus.basic_auth.password_file) if f]
+    templates = dict(pod_templates(objects))
+    for name in ("gpu-balancer-webhook", "gpu-balancer-descheduler"):
+        mounts = _mounts(templates[name])
+        for path in files:
+            assert any(path.startswith(m.rstrip("/") + "/") for m in mounts), (example, name, path, mounts)
+        image = templates[name]["containers"][0]["image"]
+        assert image.startswith("registry.example.com/platform/gpu-balancer:"), "the images override is shown"
+    if example == "grafana-mimir":
+        assert policy.prometheus.headers == {"X-Scope-OrgID": "gpu-fleet"} and policy.prometheus.basic_auth.username
+    if example == "thanos-query":
+        assert "cluster=" in policy.prometheus.series_selector
+    if policy.prometheus.ca_file:
+        volumes = {v["name"]: v for v in templates["gpu-balancer-webhook"]["volumes"]}
+        assert volumes["prometheus-ca"]["configMap"]["name"] == "gpu-balancer-prometheus-ca"

@@ -88,3 +88,19 @@ def _record(events: client.EventsV1Api | None, eviction: PlannedEviction, now: d
         events.create_namespaced_event(eviction.namespace, _event(eviction, now, instance, dry_run=dry_run))
     except ApiException as error:  # a missing Event is not worth failing the run for
         log.warning("could not record an Event for %s/%s: %s", eviction.namespace, eviction.pod, error.status)
+
+
+def record_run(events: client.EventsV1Api | None, line: str, *, namespace: str, configmap: str, now: datetime,
+               instance: str = "gpu-balancer-descheduler") -> None:
+    """One Event per run, on the ledger ConfigMap, with the run's summary line."""
+    if events is None:
+        return
+    event = client.EventsV1Event(
+        metadata=client.V1ObjectMeta(name=f"{configmap}.{int(now.timestamp() * 1e9):x}", namespace=namespace),
+        event_time=now, action="Deschedule", reason="DeschedulerRun", type="Normal", note=line[:1024],
+        reporting_controller=REPORTER, reporting_instance=instance,
+        regarding=client.V1ObjectReference(api_version="v1", kind="ConfigMap", name=configmap, namespace=namespace))
+    try:
+        events.create_namespaced_event(namespace, event)
+    except ApiException as error:  # a missing Event is not worth failing the run for
+        log.warning("could not record the run's Event: %s", error.status)

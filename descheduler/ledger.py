@@ -16,6 +16,8 @@ from kubernetes.client.rest import ApiException
 from scoring.policy import DeschedulerPolicy
 
 DATA_KEY = "evictions.json"
+SUMMARY_KEY = "last-run.json"
+"""Where `descheduler.summary.RunSummary` of the last run is kept, in the same ConfigMap."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,3 +91,28 @@ def save_ledger(core: client.CoreV1Api, state: LedgerState, resource_version: st
         metadata = {"resourceVersion": resource_version} if resource_version else {}
         core.patch_namespaced_config_map(policy.ledger_name, policy.ledger_namespace,
                                          {"metadata": metadata, "data": data})
+
+
+def save_summary(core: client.CoreV1Api, summary_json: str, policy: DeschedulerPolicy) -> None:
+    """Store the last run's summary beside the evictions (one key, merge-patched: no conflict with
+    the ledger's own resourceVersion-guarded write)."""
+    data = {SUMMARY_KEY: summary_json}
+    try:
+        core.patch_namespaced_config_map(policy.ledger_name, policy.ledger_namespace, {"data": data})
+    except ApiException as error:
+        if error.status != 404:
+            raise
+        core.create_namespaced_config_map(policy.ledger_namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=policy.ledger_name, labels={"app.kubernetes.io/part-of": "gpu-balancer"}),
+            data=data))
+
+
+def load_summary(core: client.CoreV1Api, policy: DeschedulerPolicy) -> str | None:
+    """The last run's stored summary (JSON), or None when no run has stored one."""
+    try:
+        configmap = core.read_namespaced_config_map(policy.ledger_name, policy.ledger_namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    return (configmap.data or {}).get(SUMMARY_KEY)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from kubernetes import client
 
 from descheduler.cluster import Cluster, cluster_from_objects
-from descheduler.evictor import Outcome, carry_out
-from descheduler.ledger import EvictionRecord, LedgerState, load_ledger, save_ledger
+from descheduler.evictor import Outcome, carry_out, record_run
+from descheduler.ledger import EvictionRecord, LedgerState, load_ledger, save_ledger, save_summary
 from descheduler.plan import Plan, plan_evictions
+from descheduler.summary import RunSummary, summarise
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy
 from scoring.prometheus import QueryFn, TelemetryError, read_snapshot, read_window
@@ -23,6 +24,7 @@ class Report:
     dry_run: bool
     plan: Plan
     outcomes: tuple[Outcome, ...]
+    summary: RunSummary | None = None
 
     def as_dict(self) -> dict:
         def entry(outcome: Outcome) -> dict:
@@ -38,6 +40,7 @@ class Report:
             "skipped": [{"namespace": s.namespace, "pod": s.pod, "reason": s.reason} for s in self.plan.skipped]
             + [{"namespace": o.eviction.namespace, "pod": o.eviction.pod, "reason": o.detail} for o in failed],
             "notes": list(self.plan.notes),
+            **({"summary": json.loads(self.summary.to_json())} if self.summary else {}),
         }
 
     @property
@@ -74,7 +77,14 @@ def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: C
     if evicted and core is not None:
         records = [EvictionRecord(e.workload, e.namespace, e.pod, e.node, taken) for e in evicted]
         save_ledger(core, ledger.with_evictions(records, taken, policy.descheduler), version, policy.descheduler)
-    return Report(dry_run or core is None, plan, tuple(outcomes))
+    report = Report(dry_run or core is None, plan, tuple(outcomes))
+    summary = summarise(report, at=taken)
+    if core is not None:
+        # Every run, dry or live, leaves its summary where `gpu-balancer status` and people look.
+        save_summary(core, summary.to_json(), policy.descheduler)
+        record_run(events, summary.line(), namespace=policy.descheduler.ledger_namespace,
+                   configmap=policy.descheduler.ledger_name, now=taken)
+    return replace(report, summary=summary)
 
 
 def report_as_table(report: Report) -> str:
@@ -87,6 +97,8 @@ def report_as_table(report: Report) -> str:
         lines.append(f"skipped ({len(data['skipped'])}):")
         lines += [f"  {s['namespace']}/{s['pod']}: {s['reason']}" for s in data["skipped"]]
     lines += [f"note: {n}" for n in data["notes"]]
+    if report.summary is not None:
+        lines.append(f"run: {report.summary.line()}")
     return "\n".join(lines)
 
 

@@ -158,3 +158,16 @@ def test_a_live_run_evicts_records_its_ledger_and_the_next_run_holds_off(prometh
                       now=lambda: datetime.now(timezone.utc))
     held = {s.pod for s in second.plan.skipped if "cooldown" in s.reason}
     assert set(evicted) <= held, "the same workloads are not evicted again within the cooldown"
+    # Each run leaves its summary in the ledger ConfigMap and as an Event on it; status reads it.
+    from descheduler.ledger import load_summary
+    from descheduler.summary import RunSummary
+
+    stored = RunSummary.from_json(load_summary(core, policy.descheduler))
+    assert stored == second.summary and stored.hot_nodes >= 1
+    assert stored.evicted == sum(1 for o in second.outcomes if o.result == "evicted")
+    assert stored.skipped.get("cooldown", 0) >= len(evicted)
+    assert first.summary.evicted == len(evicted) and not first.summary.dry_run
+    runs = [e for e in events.list_namespaced_event(policy.descheduler.ledger_namespace).items
+            if e.reason == "DeschedulerRun"]
+    assert len(runs) == 2 and runs[0].regarding.name == policy.descheduler.ledger_name
+    assert f"evicted {len(evicted)}" in runs[0].note

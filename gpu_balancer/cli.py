@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import ssl
@@ -170,13 +171,43 @@ def cmd_status(args: argparse.Namespace) -> int:
                              "prometheus.seriesSelector match its series?")
     fleet = fleet_heat(snapshot, policy.heat, now=datetime.now(timezone.utc),
                        staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
+    last_run = _descheduler_last_run(args, policy)
     if args.output == "json":
-        print(heat_as_json(fleet, snapshot.warnings))
+        document = json.loads(heat_as_json(fleet, snapshot.warnings))
+        if last_run is not None:
+            document["descheduler_last_run"] = json.loads(last_run.to_json())
+        print(json.dumps(document, indent=2))
     else:
         print(heat_as_table(fleet, colour=_wants_colour(sys.stdout)))
+        if last_run is not None:
+            print(f"descheduler, last run: {last_run.line()}")
         for warning in snapshot.warnings:
             print(f"warning: {warning}", file=sys.stderr)
     return 0
+
+
+def _descheduler_last_run(args: argparse.Namespace, policy: BalancerPolicy):
+    """The descheduler's last run summary from its ledger ConfigMap, where the Kubernetes API can be
+    reached (--kubeconfig, in cluster, or $KUBECONFIG); otherwise None. Never fatal: status is about
+    telemetry, and says on stderr why the summary is missing."""
+    if not (args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST") or os.environ.get("KUBECONFIG")):
+        return None
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from descheduler.ledger import load_summary
+    from descheduler.summary import RunSummary
+
+    try:
+        stored = load_summary(client.CoreV1Api(kubernetes_api(args.kubeconfig)), policy.descheduler)
+        if stored is None:
+            print("note: the descheduler has not stored a run summary yet", file=sys.stderr)
+            return None
+        return RunSummary.from_json(stored)
+    except (UsageError, ApiException, ValueError, OSError) as error:
+        reason = f"{error.status} {error.reason}" if isinstance(error, ApiException) else str(error)
+        print(f"note: cannot read the descheduler's last run: {reason}", file=sys.stderr)
+        return None
 
 
 def cmd_fake_dcgm(args: argparse.Namespace) -> int:
@@ -301,38 +332,75 @@ def cmd_certs_ensure(args: argparse.Namespace) -> int:
 
 
 def cmd_deschedule(args: argparse.Namespace) -> int:
-    import json as json_module
     import logging
 
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
 
     from descheduler.cluster import cluster_from_list
-    from descheduler.run import live_cluster, report_as_json, report_as_table, run_once
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     policy = load_policy(args.config, args.prometheus_url)
     core = events = None
+    fixed_cluster = None
     if args.cluster_file:
         try:
-            cluster = cluster_from_list(json_module.loads(read_text(args.cluster_file, "cluster file")),
-                                        policy.placement, policy.opt_in)
+            fixed_cluster = cluster_from_list(json.loads(read_text(args.cluster_file, "cluster file")),
+                                              policy.placement, policy.opt_in)
         except ValueError as error:
             raise UsageError(f"{args.cluster_file}: {error}") from None
     else:
         api = kubernetes_api(args.kubeconfig)
         core, events = client.CoreV1Api(api), client.EventsV1Api(api)
-        try:
-            cluster = live_cluster(core, policy)
-        except ApiException as error:
-            print(f"gpu-balancer deschedule: cannot list nodes and pods: {error.status} {error.reason}", file=sys.stderr)
-            return 1
-    report = run_once(policy, query=connect(policy.prometheus), cluster=cluster, core=core, events=events,
-                      dry_run=args.dry_run or core is None or (policy.descheduler.dry_run and not args.live),
-                      now=lambda: datetime.now(timezone.utc))
-    print(report_as_json(report) if args.output == "json" else report_as_table(report))
+    if args.every is None:
+        return _deschedule_once(args, policy, fixed_cluster, core, events)
+    return _deschedule_every(args, policy, fixed_cluster, core, events)
+
+
+def _deschedule_once(args, policy, fixed_cluster, core, events, metrics=None) -> int:
+    """One run; its exit status (0, 1 with eviction or API errors; TelemetryError propagates)."""
+    from kubernetes.client.rest import ApiException
+
+    from descheduler.run import live_cluster, report_as_json, report_as_table, run_once
+
+    try:
+        cluster = fixed_cluster if fixed_cluster is not None else live_cluster(core, policy)
+        report = run_once(policy, query=connect(policy.prometheus), cluster=cluster, core=core, events=events,
+                          dry_run=args.dry_run or core is None or (policy.descheduler.dry_run and not args.live),
+                          now=lambda: datetime.now(timezone.utc))
+    except ApiException as error:
+        if metrics is not None:
+            metrics.observe_failure("api-error")
+        print(f"gpu-balancer deschedule: Kubernetes API said {error.status} {error.reason}", file=sys.stderr)
+        return 1
+    if metrics is not None:
+        metrics.observe(report)
+    print(report_as_json(report) if args.output == "json" else report_as_table(report), flush=True)
     return 1 if report.errors else 0
+
+
+def _deschedule_every(args, policy, fixed_cluster, core, events) -> int:
+    """Loop mode (a Deployment instead of the CronJob): a run every `--every` seconds, its
+    figures on /metrics; a failed run is counted and logged, and the loop goes on."""
+    import time
+
+    from descheduler.metrics import DeschedulerMetrics
+
+    metrics = DeschedulerMetrics()
+    try:
+        metrics.serve(args.metrics_port)
+    except OSError as error:
+        raise UsageError(f"cannot listen on :{args.metrics_port} for /metrics: {error.strerror}") from None
+    print(f"gpu-balancer deschedule: a run every {args.every:g}s; metrics on :{args.metrics_port}/metrics",
+          file=sys.stderr, flush=True)
+    while True:
+        started = time.monotonic()
+        try:
+            _deschedule_once(args, policy, fixed_cluster, core, events, metrics)
+        except TelemetryError as error:
+            metrics.observe_failure("telemetry-error")
+            print(f"gpu-balancer deschedule: {error}", file=sys.stderr, flush=True)
+        time.sleep(max(0.0, args.every - (time.monotonic() - started)))
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -370,7 +438,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    import json as json_module
 
     import yaml
 
@@ -379,7 +446,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     # Prometheus is read only with --prometheus-url: a production policy explains offline too.
     policy = load_policy(args.config, args.prometheus_url, reads_prometheus=bool(args.prometheus_url))
     try:
-        nodes = nodes_from_list(json_module.loads(read_text(args.cluster_file, "cluster file")))
+        nodes = nodes_from_list(json.loads(read_text(args.cluster_file, "cluster file")))
     except ValueError as error:
         raise UsageError(f"{args.cluster_file}: {str(error).splitlines()[0]}") from None
     try:
@@ -398,7 +465,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from None
     snapshot = read_snapshot(connect(policy.prometheus), policy) if args.prometheus_url else None
     result = explain(pod, nodes, snapshot=snapshot, policy=policy, now=datetime.now(timezone.utc))
-    print(json_module.dumps(result, indent=2) if args.output == "json" else as_table(result))
+    print(json.dumps(result, indent=2) if args.output == "json" else as_table(result))
     return 0
 
 
@@ -422,6 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--prometheus-url", help="Prometheus base URL (overrides the policy's)")
     status.add_argument("--config", help="BalancerPolicy YAML file")
     status.add_argument("--output", choices=("table", "json"), default="table")
+    status.add_argument("--kubeconfig", help="also show the descheduler's last run, read from its ledger "
+                                             "ConfigMap (default: in cluster or $KUBECONFIG when set)")
     status.set_defaults(handler=cmd_status)
 
     fake = commands.add_parser("fake-dcgm", help="serve a synthetic fleet as dcgm-exporter metrics")
@@ -480,6 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
     desched.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     desched.add_argument("--cluster-file", help="output of `kubectl get nodes,pods -A -o json` (planning only)")
     desched.add_argument("--output", choices=("table", "json"), default="table")
+    desched.add_argument("--every", type=positive_seconds, metavar="SECONDS",
+                         help="loop mode: run every SECONDS and serve /metrics, instead of once")
+    desched.add_argument("--metrics-port", type=port_number, default=9402, help="with --every: the /metrics port")
     desched.set_defaults(handler=cmd_deschedule)
 
     simulate = commands.add_parser("simulate", help="compare placement policies on a simulated GPU cluster")

@@ -171,3 +171,39 @@ def test_a_live_run_evicts_records_its_ledger_and_the_next_run_holds_off(prometh
             if e.reason == "DeschedulerRun"]
     assert len(runs) == 2 and runs[0].regarding.name == policy.descheduler.ledger_name
     assert f"evicted {len(evicted)}" in runs[0].note
+
+
+def test_loop_mode_keeps_running_through_failures_and_counts_them_on_metrics(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    import requests
+
+    from gpu_balancer.local_prometheus import free_port
+
+    port, closed = free_port(), free_port()
+    process = subprocess.Popen([sys.executable, "-m", "gpu_balancer", "deschedule", "--cluster-file",
+                                str(cluster_file(tmp_path)), "--prometheus-url", f"http://127.0.0.1:{closed}",
+                                "--every", "0.3", "--metrics-port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        failures = 0.0
+        for _ in range(100):
+            time.sleep(0.2)
+            try:
+                text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+            except requests.ConnectionError:
+                continue
+            line = next((x for x in text.splitlines()
+                         if x.startswith('gpu_balancer_descheduler_runs_total{result="telemetry-error"}')), "")
+            failures = float(line.split()[-1]) if line else 0.0
+            if failures >= 3:
+                break
+        assert failures >= 3, "each failed run is counted and the loop goes on"
+        assert process.poll() is None
+        assert 'gpu_balancer_descheduler_evictions_total{mode="would-evict"} 0.0' in text
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=10)
+    assert "Traceback" not in err and "Connection refused" in err

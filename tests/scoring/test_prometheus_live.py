@@ -264,3 +264,29 @@ def test_status_gives_up_on_a_silent_prometheus_with_a_message_naming_it():
     assert result.returncode != 0
     assert "Prometheus" in result.stderr and url in result.stderr
     assert elapsed < 15
+
+
+def test_status_shows_the_descheduler_last_run_from_its_configmap(fake_dcgm, prometheus, kube, tmp_path):
+    from kubernetes import client
+
+    from descheduler.ledger import save_summary
+    from descheduler.summary import RunSummary
+    from scoring.policy import DeschedulerPolicy
+
+    api, _ = kube
+    summary = RunSummary(datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc), True, 2, ("a", "b"), 0, 3, 0,
+                         {"cooldown": 1, "no-room": 2})
+    save_summary(client.CoreV1Api(api), summary.to_json(), DeschedulerPolicy())
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
+        f"clusters: [{{name: t, cluster: {{server: '{api.configuration.host}'}}}}]\n"
+        "users: [{name: t, user: {token: x}}]\ncontexts: [{name: t, context: {cluster: t, user: t}}]\n")
+    prom = prometheus(fake_dcgm(SPEC))
+    prom.wait_for(dcgm.FB_USED, at_least=24)
+    table = run_cli("status", "--prometheus-url", prom.url, "--kubeconfig", str(kubeconfig))
+    assert table.returncode == 0, table.stderr
+    assert "descheduler, last run: 2026-12-01T12:00:00+00:00 (dry run): 2 hot node(s), would evict 3" in table.stdout
+    report = json.loads(run_cli("status", "--prometheus-url", prom.url, "--kubeconfig", str(kubeconfig),
+                                "--output", "json").stdout)
+    assert report["descheduler_last_run"]["skipped"] == {"cooldown": 1, "no-room": 2}

@@ -240,6 +240,10 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     for path in (args.tls_cert, args.tls_key):
         if not os.path.isfile(path):
             raise UsageError(f"TLS file {path} does not exist")
+    try:  # before anything starts: a bad pair is a usage error, not a half-started server
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(args.tls_cert, args.tls_key)
+    except (ssl.SSLError, OSError) as error:
+        raise UsageError(f"cannot load the TLS certificate and key: {error}") from None
     try:
         return serve(policy, tls_cert=args.tls_cert, tls_key=args.tls_key, host=args.host, port=args.port)
     except ssl.SSLError as error:

@@ -57,8 +57,12 @@ def build_server(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: s
         return None
 
     app = create_app(policy, cache, metrics=metrics, liveness=liveness, ledger=ledger, cluster=cluster)
-    return tls_server(app, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, log_level=log_level,
-                      metrics=metrics)
+    try:
+        return tls_server(app, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, log_level=log_level,
+                          metrics=metrics)
+    except BaseException:
+        reader.close()  # a server that cannot start must not leave its reader process behind
+        raise
 
 
 def serve(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: str = "0.0.0.0", port: int = 8443) -> int:

@@ -213,7 +213,9 @@ def test_the_dashboard_is_grafana_json_covering_the_essentials():
     dashboard = json.loads((DEPLOY / "monitoring" / "grafana-dashboard.json").read_text())
     exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
     for needle in ("DCGM_FI_DEV_GPU_UTIL", "gpu_balancer_admissions_total", "gpu_balancer_admission_duration_seconds",
-                   "gpu_balancer_snapshot_age_seconds", "gpu-balancer-descheduler"):
+                   "gpu_balancer_snapshot_age_seconds", "gpu-balancer-descheduler",
+                   "gpu_balancer_descheduler_evictions_total", "gpu_balancer_descheduler_skips_total",
+                   "gpu_balancer_cluster_view_available"):
         assert needle in exprs
 
 

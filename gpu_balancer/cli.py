@@ -25,13 +25,13 @@ class UsageError(Exception):
 
 
 def port_number(text: str) -> int:
-    """An argparse type: a TCP port, 0 (any free port) to 65535."""
+    """An argparse type: a TCP port, 1 to 65535 (a fixed port: Services and probes name it)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port number (0–65535)")
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (1–65535)")
     return value
 
 

@@ -52,7 +52,7 @@ def run(argv: list[str]) -> tuple[int, str]:
     return code, out.getvalue() + err.getvalue()
 
 
-BAD_PORTS = st.one_of(st.integers(-100_000, -1), st.integers(65_536, 10**9), st.sampled_from(["http", "8o80", ""]))
+BAD_PORTS = st.one_of(st.integers(-100_000, 0), st.integers(65_536, 10**9), st.sampled_from(["http", "8o80", ""]))
 BAD_COUNTS = st.one_of(st.integers(-10, 0), st.integers(100_001, 10**12), st.sampled_from(["many", "1.5", ""]))
 BAD_DNS = st.sampled_from(["Bad_Name", "-lead", "trail-", "a" * 64, "has space", "dots.in.label", ""])
 BAD_DNS_NAMES = st.sampled_from(["Bad_Name.example", "-lead.x", "trail-.x", "a" * 64 + ".com", "has space", "x..y",

@@ -184,8 +184,9 @@ def advise(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Mapping[
     need = max(1, gpus_requested)
     if ranked is None:
         ranked = rank(index, need=need, pending_gpus=pending_gpus, k=policy.max_preferred_nodes)
-    preferred = tuple(NodePreference(name, preference_weight(score / ranked[0][0], rank))
-                      for rank, (score, _, name) in enumerate(ranked))
+    best = max(ranked[0][0], 1e-12) if ranked else 1.0
+    preferred = tuple(NodePreference(name, preference_weight(score / best, rank))
+                      for rank, (score, _, name) in enumerate(ranked) if score > 0)
     promised = sum(pending_gpus.values()) if pending_total is None else pending_total
     hard, skipped = _hard_avoidance(index, need=need, promised=promised, policy=policy)
     if not preferred:

@@ -234,9 +234,12 @@ class SteeringLedger:
         base, free, position = ranking.members[name]
         primary = ranking.units[0][0] if ranking.units else ""
         room = self._room(ranking, name, primary)
-        if room <= 0:
+        score = headroom(base, free, self._pending.get(name, 0))
+        # No room, or telemetry's free GPUs all taken by bookings it cannot show yet (the view
+        # may still count free units there: the bookings' load is coming all the same).
+        if room <= 0 or score <= 0:
             return None
-        return -headroom(base, free, self._pending.get(name, 0)), -room, position, name
+        return -score, -room, position, name
 
     def _sync(self, ranking: _Ranking) -> None:
         """Push fresh entries for the nodes whose bookings changed since this ranking last looked."""

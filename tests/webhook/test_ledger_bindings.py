@@ -100,3 +100,16 @@ def test_a_training_job_picks_its_domain_among_nodes_it_can_use():
     terms = advised["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert terms and {t["preference"]["matchFields"][0]["values"][0] for t in terms} <= {"h100-0", "h100-1"}, \
         "the cooler l4 clique is not one the job can use"
+
+
+def test_a_node_whose_telemetry_free_gpus_are_all_booked_is_no_candidate_even_with_units_free_in_the_view():
+    # Telemetry: 2 of 8 free on "a"; the view: 8 free (the busy pods ended); bookings 2 since.
+    index = index_fleet(fleet(node("a", util=5, allocated=6), node("b", util=40)))
+    ledger = SteeringLedger(45)
+    ledger.prepare(index, view(names=("a", "b")))
+    ledger.bind(Binding("ml/x", "a", ((GPU, 2),), NOW, ""))
+    chosen, _ = ledger.top(index, NOW, need=1, k=2, pod=ONE)
+    assert [name for _, _, name in chosen] == ["b"] and all(score > 0 for score, _, _ in chosen)
+    decision, _ = _decide(ledger, index, {"metadata": {"name": "p", "namespace": "ml"}, "spec": {"containers": [
+        {"name": "c", "resources": {"limits": {GPU: "1"}}}]}})
+    assert decision.reason == "steered"

@@ -204,3 +204,32 @@ def test_advice_from_the_watched_view_names_only_the_pool_the_pod_selects(cluste
     decision = decide(decode_review(json.dumps(pod_review(obj)).encode()), index=index, telemetry_time=now,
                       snapshot_age_seconds=5.0, ledger=blind, policy=POLICY, now=now)
     assert decision.outcome == "mutated" and decision.review["response"]["allowed"] is True
+
+
+def test_without_api_access_the_app_stays_ready_and_says_so_on_metrics(cluster):
+    from fastapi.testclient import TestClient
+
+    from scoring.policy import default_policy
+    from tests.webhook.helpers import fleet, gpu_pod, node, review
+    from webhook.app import create_app
+    from webhook.cache import SnapshotCache, telemetry_of
+    from scoring.telemetry import ClusterSnapshot, NodeTelemetry
+
+    api, start, _ = cluster
+    api.forbidden = True
+    watch = start()
+    eventually(lambda: watch.state == "forbidden")
+    policy = default_policy()
+    heat = fleet(node("a", util=5))
+    telemetry = telemetry_of(ClusterSnapshot(heat.taken_at, (NodeTelemetry("a", 8),), newest_sample_at=heat.taken_at),
+                             heat)
+    cache = SnapshotCache(lambda: telemetry, policy)
+    app = create_app(policy, cache, cluster=watch, run_cache=False, clock=lambda: heat.taken_at)
+    cache.refresh_once()
+    with TestClient(app) as http:
+        assert http.get("/readyz").json()["ready"] is True
+        answer = http.post("/mutate", json=review(gpu_pod())).json()
+        assert answer["response"]["allowed"] is True
+        metrics = http.get("/metrics").text
+    assert "gpu_balancer_cluster_view_available 0.0" in metrics
+    assert "gpu_balancer_advice_without_cluster_view_total 1.0" in metrics

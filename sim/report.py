@@ -11,7 +11,8 @@ METRICS = ("node_util_cov", "max_node_util", "hot_node_minutes", "p99_latency_ms
            "evictions", "pending_pods")
 FORMATS = {"node_util_cov": "{:.3f}", "max_node_util": "{:.1f}", "hot_node_minutes": "{:.1f}",
            "p99_latency_ms": "{:.0f}", "p99_at_even_load_ms": "{:.0f}", "evictions": "{:.0f}", "pending_pods": "{:.2f}",
-           "evictions_per_pod_hour_percent": "{:.2f}", "training_jobs_in_one_clique": "{:.0%}"}
+           "evictions_per_pod_hour_percent": "{:.2f}", "training_jobs_in_one_clique": "{:.0%}",
+           "advice_feasible": "{:.1%}", "advice_followed": "{:.1%}"}
 
 
 def as_json(scenario: str, seed: int, results: dict[str, PolicyResult]) -> str:

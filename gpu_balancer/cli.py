@@ -420,6 +420,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise UsageError(str(error.args[0])) from None
     except PolicyError as error:
         raise UsageError(f"scenario {args.scenario_file}: {error}") from None
+    if args.seeds is not None:
+        return _simulate_seeds(args, scenario)
     if args.report:
         writable_directory(args.report, "--report")
     show = sys.stderr.isatty() and args.output == "table"
@@ -438,6 +440,29 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.report:
         for path in write_report(Path(args.report), scenario.name, args.seed, results):
             print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _simulate_seeds(args: argparse.Namespace, scenario) -> int:
+    from sim import seeds as multi
+    from sim.run import compare
+
+    try:
+        seeds = multi.parse_seeds(args.seeds)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.report:
+        raise UsageError("--report draws one run's plots: give it with --seed, not --seeds")
+    by_seed = {}
+    for seed in seeds:
+        if sys.stderr.isatty():
+            print(f"\rseed {seed} ({seeds.index(seed) + 1}/{len(seeds)})", end="", file=sys.stderr, flush=True)
+        by_seed[seed] = compare(scenario, seed)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    summary = multi.aggregate(by_seed)
+    print(multi.as_json(scenario.name, seeds, summary) if args.output == "json"
+          else multi.as_table(scenario.name, seeds, summary))
     return 0
 
 
@@ -562,7 +587,9 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--scenario", help="built-in scenario: skewed-inference, burst, training-mix, node-failure, "
                                              "mixed-pools")
     simulate.add_argument("--scenario-file", help="YAML scenario (see README)")
-    simulate.add_argument("--seed", type=int, default=11)
+    seed = simulate.add_mutually_exclusive_group()
+    seed.add_argument("--seed", type=int, default=11)
+    seed.add_argument("--seeds", metavar="A-B|N", help="run every seed A..B (or 1..N) and report mean and range")
     simulate.add_argument("--output", choices=("table", "json"), default="table")
     simulate.add_argument("--report", help="directory for PNG plots and a Markdown summary")
     simulate.set_defaults(handler=cmd_simulate)

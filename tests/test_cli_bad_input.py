@@ -96,6 +96,9 @@ def commands(files: dict[str, str], closed: str) -> st.SearchStrategy[list[str]]
                              "--webhook-config", "w", "--kubeconfig", p],
                   st.sampled_from([files["kubeconfig"], files["missing"], files["binary"]])),
         st.just(["simulate", "--scenario", "burst", "--report", UNWRITABLE]),
+        st.builds(lambda s: ["simulate", "--scenario", "burst", "--seeds", s], st.sampled_from(
+            ["8-1", "x", "1-", "0-500", "-2"])),
+        st.just(["simulate", "--scenario", "burst", "--seeds", "1-2", "--report", "/tmp/r"]),
     )
 
 

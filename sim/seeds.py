@@ -1,0 +1,76 @@
+"""Simulation results over several seeds: per policy and metric the mean, the range and the values
+per seed, and the change of the mean against stock. Pure, no I/O."""
+
+from __future__ import annotations
+
+import json
+from statistics import fmean
+
+from sim.report import FORMATS, METRICS
+from sim.run import PolicyResult
+
+COMPARED = ("node_util_cov", "hot_node_minutes", "p99_latency_ms")
+"""Metrics quoted with their change against stock (lower is better for each)."""
+
+
+def parse_seeds(text: str) -> list[int]:
+    """"A-B" (inclusive) or "N" (seeds 1..N); raises ValueError."""
+    low, dash, high = text.partition("-")
+    try:
+        first, last = (int(low), int(high)) if dash else (1, int(low))
+    except ValueError:
+        first, last = 0, -1
+    if first < 0 or last < first or last - first >= 100:
+        raise ValueError(f"--seeds {text!r}: give A-B with 0 ≤ A ≤ B and at most 100 seeds, or a count N")
+    return list(range(first, last + 1))
+
+
+def aggregate(by_seed: dict[int, dict[str, PolicyResult]]) -> dict[str, dict[str, dict]]:
+    """policy → metric → {mean, min, max, per_seed}; a metric some seed lacks (e.g. no training job
+    was judged) is averaged over the seeds that have it."""
+    policies = list(next(iter(by_seed.values())))
+    out: dict[str, dict[str, dict]] = {}
+    for policy in policies:
+        metrics = sorted({m for results in by_seed.values() for m in results[policy].metrics})
+        out[policy] = {}
+        for metric in metrics:
+            values = {seed: results[policy].metrics[metric] for seed, results in by_seed.items()
+                      if metric in results[policy].metrics}
+            out[policy][metric] = {"mean": fmean(values.values()), "min": min(values.values()),
+                                   "max": max(values.values()), "per_seed": values}
+    return out
+
+
+def change_against_stock(summary: dict[str, dict[str, dict]], policy: str, metric: str) -> float | None:
+    stock = summary.get("stock", {}).get(metric)
+    if stock is None or policy == "stock" or not stock["mean"] or metric not in summary[policy]:
+        return None
+    return summary[policy][metric]["mean"] / stock["mean"] - 1
+
+
+def as_json(scenario: str, seeds: list[int], summary: dict[str, dict[str, dict]]) -> str:
+    return json.dumps({"scenario": scenario, "seeds": seeds, "results": {
+        policy: {metric: {"mean": round(v["mean"], 4), "min": round(v["min"], 4), "max": round(v["max"], 4),
+                          "per_seed": {str(s): round(x, 4) for s, x in v["per_seed"].items()}}
+                 for metric, v in metrics.items()} for policy, metrics in summary.items()}}, indent=2)
+
+
+def as_table(scenario: str, seeds: list[int], summary: dict[str, dict[str, dict]]) -> str:
+    columns = list(METRICS) + sorted({m for metrics in summary.values() for m in metrics} - set(METRICS))
+    rows = [["policy", *columns]]
+    for policy, metrics in summary.items():
+        row = [policy]
+        for metric in columns:
+            value = metrics.get(metric)
+            if value is None:
+                row.append("n/a")
+                continue
+            fmt = FORMATS.get(metric, "{:.2f}")
+            cell = f"{fmt.format(value['mean'])} ({fmt.format(value['min'])}..{fmt.format(value['max'])})"
+            change = change_against_stock(summary, policy, metric) if metric in COMPARED else None
+            row.append(cell + (f" {change * 100:+.0f}%" if change is not None else ""))
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [f"scenario {scenario}, seeds {seeds[0]}-{seeds[-1]}: mean (min..max), change of the mean against stock"]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines)

@@ -15,13 +15,9 @@ from statistics import fmean
 
 from sim.run import compare
 from sim.scenario import named, replace
+from sim.seeds import parse_seeds
 
 CONFIGS = (("skewed-inference", 1), ("skewed-inference", 2), ("mixed-pools", 1), ("mixed-pools", 2))
-
-
-def seeds(text: str) -> list[int]:
-    low, _, high = text.partition("-")
-    return list(range(int(low), int(high or low) + 1))
 
 
 def main() -> None:
@@ -39,7 +35,7 @@ def main() -> None:
             scenario = replace(scenario, hours=args.hours)
         rows = gains.setdefault((scenario_name, replicas), {"cov": [], "p99": [], "feasible": [], "followed": [],
                                                             "oracle_cov": [], "oracle_p99": []})
-        for seed in seeds(args.seeds):
+        for seed in parse_seeds(args.seeds):
             result = compare(scenario, seed, ("stock", "gpu-balancer", "oracle"))
             stock, ours, oracle = (result[n].metrics for n in ("stock", "gpu-balancer", "oracle"))
             for key, metric in (("cov", "node_util_cov"), ("p99", "p99_latency_ms")):

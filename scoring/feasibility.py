@@ -142,8 +142,7 @@ def constraints_of(pod: Mapping[str, Any], policy: PlacementPolicy) -> PodConstr
         request = gpu_request(dict(pod), policy)
     except BadQuantity:
         request = None
-    units = tuple((r, n) for r, n in request.units if n > 0) if request else ()
-    return PodConstraints(selector, terms, tolerations_of(pod), units)
+    return PodConstraints(selector, terms, tolerations_of(pod), request.units if request else ())
 
 
 def node_facts(node: Mapping[str, Any], policy: PlacementPolicy) -> NodeFacts:

@@ -63,8 +63,9 @@ class GpuRequest:
     whole_gpus: int
     """Whole `nvidia.com/gpu`-style GPUs needed on one node. 0 for shared/MIG only."""
     units: tuple[tuple[str, int], ...] = ()
-    """(resource, units needed on one node) for every GPU resource asked for, counted as the
-    scheduler counts them: the larger of the app containers' sum and any one init container."""
+    """(resource, units needed on one node) for every GPU resource asked for in a positive amount,
+    counted as the scheduler counts them: the larger of the app containers' sum and any one init
+    container."""
 
 
 def _containers(spec: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
@@ -105,7 +106,7 @@ def gpu_request(pod: dict[str, Any], policy: PlacementPolicy) -> GpuRequest | No
     whole = sum(count for name, count in units.items() if _is_whole_gpu(name))
     if whole > MAX_GPUS:
         raise BadQuantity(f"pod asks for {whole} GPUs")
-    return GpuRequest(tuple(sorted(units)), whole, tuple(sorted(units.items())))
+    return GpuRequest(tuple(sorted(units)), whole, tuple(sorted((r, n) for r, n in units.items() if n > 0)))
 
 
 def labels_of(pod: dict[str, Any]) -> dict[str, str]:

@@ -18,6 +18,7 @@ from scoring.policy import BalancerPolicy, default_policy
 from scoring.prometheus import WindowStats, topology_keys
 from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
 from scoring.telemetry import GpuSample, PodRef
+from scoring.workloads import gpu_request
 from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView
 from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
 from sim.scheduler import choose, evaluate, pod_key
@@ -242,8 +243,8 @@ class GpuBalancer(Stock):
     def bound(self, world: World, pod: SimPod, node: str) -> None:
         delay = math.ceil(world.scenario.bind_delay_seconds / world.scenario.tick_seconds)
         booking = pod.obj["metadata"].get("annotations", {}).get(BOOKING_ANNOTATION, "")
-        units = tuple((r, int(float(v))) for r, v in pod.obj["spec"]["containers"][0]["resources"]["limits"].items()
-                      if r.startswith("nvidia.com/"))
+        request = gpu_request(pod.obj, self.policy.placement)
+        units = request.units if request else ()
         self._bindings.append((world.tick + delay, Binding(pod_key(pod.obj), node, units, sim_time(world), booking)))
         self._deliver_bindings(world)
 

@@ -55,7 +55,7 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
     # With a cluster view, advice names only nodes the pod could be scheduled on; without one
     # (no API access) it falls back to telemetry alone.
     constraints = constraints_of(pod, policy) if ledger.view is not None else None
-    units = tuple((r, n) for r, n in needs.units if n > 0) or (("nvidia.com/gpu", max(1, needs.whole_gpus)),)
+    units = needs.units or (("nvidia.com/gpu", max(1, needs.whole_gpus)),)
     if index is None or index.stale:
         advice = NO_ADVICE
     elif group := training_group(pod, policy):

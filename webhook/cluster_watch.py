@@ -248,7 +248,7 @@ class ClusterWatch:
             request = gpu_request(obj, self._policy)
         except BadQuantity:
             request = None
-        units = tuple((r, n) for r, n in request.units if n > 0) if request else ()
+        units = request.units if request else ()
         if not units:
             return
         self._pods[key] = _Held(node, units)

@@ -32,6 +32,8 @@ from scoring.view import Binding, ClusterView
 _NONE: Counter = Counter()
 MAX_SIGNATURES = 256
 """Feasible rankings kept per snapshot; signatures come from pods, so they are bounded."""
+PREPARED_SIGNATURES = 32
+"""Signatures (most recently used) ranked anew at each refresh, off the admission path."""
 
 
 @dataclass(slots=True)
@@ -157,11 +159,22 @@ class SteeringLedger:
 
     def prepare(self, index: PlacementIndex, view: ClusterView | None = None) -> None:
         """Take a new snapshot (and the cluster view read with it) and rank its nodes now, so
-        the next admission does not have to."""
+        the next admission does not have to: with a view, for the constraint signatures the last
+        snapshot was asked about. Their feasible sets (a pass over every node each) are worked
+        out before the lock is taken, so admissions do not wait on them."""
+        feasible = None
+        recent: list[PodConstraints | None] = [None]
+        if view is not None:
+            with self._lock:
+                recent = [key for key in self._rankings if key is not None][-PREPARED_SIGNATURES:]
+            feasible = FeasibleSets(view.nodes)
+            for key in recent:
+                feasible(key)
         with self._lock:
             if index is not self._index or view is not self._view:
-                self._attach(index, view)
-            self._ranking(None if view is None else PodConstraints(units=(("nvidia.com/gpu", 1),)))
+                self._attach(index, view, feasible)
+            for key in recent:
+                self._ranking(key)
 
     @property
     def view(self) -> ClusterView | None:
@@ -248,9 +261,12 @@ class SteeringLedger:
                 heapq.heappush(ranking.heap, entry)
         ranking.synced = len(self._changes)
 
-    def _attach(self, index: PlacementIndex, view: ClusterView | None) -> None:
+    def _attach(self, index: PlacementIndex, view: ClusterView | None, feasible: FeasibleSets | None = None) -> None:
         self._index, self._view = index, view
-        self._feasible = FeasibleSets(view.nodes) if view is not None else None
+        if view is None:
+            self._feasible = None
+        else:
+            self._feasible = feasible if feasible is not None else FeasibleSets(view.nodes)
         self._rankings.clear()
         self._changes = []
         self._unseen = defaultdict(Counter)

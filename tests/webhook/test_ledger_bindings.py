@@ -113,3 +113,16 @@ def test_a_node_whose_telemetry_free_gpus_are_all_booked_is_no_candidate_even_wi
     decision, _ = _decide(ledger, index, {"metadata": {"name": "p", "namespace": "ml"}, "spec": {"containers": [
         {"name": "c", "resources": {"limits": {GPU: "1"}}}]}})
     assert decision.reason == "steered"
+
+
+def test_a_refresh_ranks_the_signatures_the_last_snapshot_was_asked_about_before_any_admission():
+    pinned = PodConstraints(node_selector=(("pool", "h100"),), units=((GPU, 1),))
+    facts = {n: NodeFacts(n, {"pool": "h100" if n == "a" else "l4"}, (), False, {GPU: 8}) for n in ("a", "b")}
+    ledger = SteeringLedger(45)
+    first = index_fleet(fleet(node("a", util=5), node("b", util=30)))
+    ledger.prepare(first, ClusterView(facts, {}, frozenset(), NOW))
+    ledger.top(first, NOW, need=1, k=2, pod=pinned)
+    second = index_fleet(fleet(node("a", util=20), node("b", util=1)))
+    ledger.prepare(second, ClusterView(facts, {}, frozenset(), NOW))
+    assert pinned in ledger._rankings, "ranked in the refresh, not by the next admission"
+    assert [c[2] for c in ledger.top(second, NOW, need=1, k=2, pod=pinned)[0]] == ["a"]

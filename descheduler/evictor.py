@@ -32,20 +32,32 @@ class Outcome:
         return self.result in ("evicted", "dry-run", "gone")
 
 
-def _event(eviction: PlannedEviction, now: datetime, instance: str, *, dry_run: bool = False
-           ) -> client.EventsV1Event:
+def _event(kind: str, name: str, namespace: str, *, action: str, reason: str, note: str, now: datetime,
+           instance: str) -> client.EventsV1Event:
+    return client.EventsV1Event(
+        # Named as kubelet names its Events (object, a dot, a hex time): unique per object and run.
+        metadata=client.V1ObjectMeta(name=f"{name}.{int(now.timestamp() * 1e9):x}", namespace=namespace),
+        event_time=now, action=action, reason=reason, type="Normal", note=note[:1024],
+        reporting_controller=REPORTER, reporting_instance=instance,
+        regarding=client.V1ObjectReference(api_version="v1", kind=kind, name=name, namespace=namespace))
+
+
+def _eviction_event(eviction: PlannedEviction, now: datetime, instance: str, *, dry_run: bool = False
+                    ) -> client.EventsV1Event:
     what = ("Would be evicted by gpu-balancer (dry run: nothing was evicted)" if dry_run
             else "Evicted by gpu-balancer")
-    return client.EventsV1Event(
-        # Named as kubelet names its Events (object, a dot, a hex time): unique per pod and run.
-        metadata=client.V1ObjectMeta(name=f"{eviction.pod}.{int(now.timestamp() * 1e9):x}",
-                                     namespace=eviction.namespace),
-        event_time=now, action="Evict", reason="WouldEvict" if dry_run else "GpuNodeSustainedHot", type="Normal",
-        note=f"{what} from {eviction.node} so its controller recreates it on a cooler node: "
-             f"{eviction.reason}"[:1024],
-        reporting_controller=REPORTER, reporting_instance=instance,
-        regarding=client.V1ObjectReference(api_version="v1", kind="Pod", name=eviction.pod,
-                                           namespace=eviction.namespace))
+    return _event("Pod", eviction.pod, eviction.namespace, action="Evict",
+                  reason="WouldEvict" if dry_run else "GpuNodeSustainedHot", now=now, instance=instance,
+                  note=f"{what} from {eviction.node} so its controller recreates it on a cooler node: "
+                       f"{eviction.reason}")
+
+
+def _create(events: client.EventsV1Api, event: client.EventsV1Event) -> None:
+    try:
+        events.create_namespaced_event(event.metadata.namespace, event)
+    except ApiException as error:  # a missing Event is not worth failing the run for
+        log.warning("could not record an Event for %s %s/%s: %s", event.regarding.kind, event.metadata.namespace,
+                    event.regarding.name, error.status)
 
 
 def carry_out(plan: Plan, core: client.CoreV1Api | None, events: client.EventsV1Api | None, *, dry_run: bool,
@@ -82,25 +94,13 @@ def carry_out(plan: Plan, core: client.CoreV1Api | None, events: client.EventsV1
 
 def _record(events: client.EventsV1Api | None, eviction: PlannedEviction, now: datetime, instance: str, *,
             dry_run: bool) -> None:
-    if events is None:
-        return
-    try:
-        events.create_namespaced_event(eviction.namespace, _event(eviction, now, instance, dry_run=dry_run))
-    except ApiException as error:  # a missing Event is not worth failing the run for
-        log.warning("could not record an Event for %s/%s: %s", eviction.namespace, eviction.pod, error.status)
+    if events is not None:
+        _create(events, _eviction_event(eviction, now, instance, dry_run=dry_run))
 
 
 def record_run(events: client.EventsV1Api | None, line: str, *, namespace: str, configmap: str, now: datetime,
                instance: str = "gpu-balancer-descheduler") -> None:
     """One Event per run, on the ledger ConfigMap, with the run's summary line."""
-    if events is None:
-        return
-    event = client.EventsV1Event(
-        metadata=client.V1ObjectMeta(name=f"{configmap}.{int(now.timestamp() * 1e9):x}", namespace=namespace),
-        event_time=now, action="Deschedule", reason="DeschedulerRun", type="Normal", note=line[:1024],
-        reporting_controller=REPORTER, reporting_instance=instance,
-        regarding=client.V1ObjectReference(api_version="v1", kind="ConfigMap", name=configmap, namespace=namespace))
-    try:
-        events.create_namespaced_event(namespace, event)
-    except ApiException as error:  # a missing Event is not worth failing the run for
-        log.warning("could not record the run's Event: %s", error.status)
+    if events is not None:
+        _create(events, _event("ConfigMap", configmap, namespace, action="Deschedule", reason="DeschedulerRun",
+                               note=line, now=now, instance=instance))

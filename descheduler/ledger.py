@@ -68,14 +68,27 @@ class LedgerState:
             raise ValueError("ledger ConfigMap content is not a list of eviction records") from None
 
 
-def load_ledger(core: client.CoreV1Api, policy: DeschedulerPolicy) -> tuple[LedgerState, str | None]:
-    """The stored ledger and its resourceVersion (None when the ConfigMap does not exist yet)."""
+def _read(core: client.CoreV1Api, policy: DeschedulerPolicy) -> client.V1ConfigMap | None:
+    """The ledger ConfigMap, or None when it does not exist yet."""
     try:
-        configmap = core.read_namespaced_config_map(policy.ledger_name, policy.ledger_namespace)
+        return core.read_namespaced_config_map(policy.ledger_name, policy.ledger_namespace)
     except ApiException as error:
         if error.status == 404:
-            return LedgerState(), None
+            return None
         raise
+
+
+def _create(core: client.CoreV1Api, data: dict[str, str], policy: DeschedulerPolicy) -> None:
+    core.create_namespaced_config_map(policy.ledger_namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=policy.ledger_name, labels={"app.kubernetes.io/part-of": "gpu-balancer"}),
+        data=data))
+
+
+def load_ledger(core: client.CoreV1Api, policy: DeschedulerPolicy) -> tuple[LedgerState, str | None]:
+    """The stored ledger and its resourceVersion (None when the ConfigMap does not exist yet)."""
+    configmap = _read(core, policy)
+    if configmap is None:
+        return LedgerState(), None
     return LedgerState.from_json((configmap.data or {}).get(DATA_KEY, "[]")), configmap.metadata.resource_version or ""
 
 
@@ -83,9 +96,7 @@ def save_ledger(core: client.CoreV1Api, state: LedgerState, resource_version: st
                 policy: DeschedulerPolicy) -> None:
     data = {DATA_KEY: state.to_json()}
     if resource_version is None:
-        core.create_namespaced_config_map(policy.ledger_namespace, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=policy.ledger_name, labels={"app.kubernetes.io/part-of": "gpu-balancer"}),
-            data=data))
+        _create(core, data, policy)
     else:
         # With the resourceVersion read, a concurrent run's write makes this one fail, not overwrite.
         metadata = {"resourceVersion": resource_version} if resource_version else {}
@@ -102,17 +113,10 @@ def save_summary(core: client.CoreV1Api, summary_json: str, policy: DeschedulerP
     except ApiException as error:
         if error.status != 404:
             raise
-        core.create_namespaced_config_map(policy.ledger_namespace, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=policy.ledger_name, labels={"app.kubernetes.io/part-of": "gpu-balancer"}),
-            data=data))
+        _create(core, data, policy)
 
 
 def load_summary(core: client.CoreV1Api, policy: DeschedulerPolicy) -> str | None:
     """The last run's stored summary (JSON), or None when no run has stored one."""
-    try:
-        configmap = core.read_namespaced_config_map(policy.ledger_name, policy.ledger_namespace)
-    except ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-    return (configmap.data or {}).get(SUMMARY_KEY)
+    configmap = _read(core, policy)
+    return None if configmap is None else (configmap.data or {}).get(SUMMARY_KEY)

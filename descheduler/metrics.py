@@ -3,11 +3,9 @@ skips by reason. A registry per process; `serve` starts the /metrics listener (I
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from descheduler.summary import summarise
+from descheduler.summary import RunSummary
 
 
 class DeschedulerMetrics:
@@ -31,8 +29,7 @@ class DeschedulerMetrics:
     def serve(self, port: int) -> None:
         start_http_server(port, registry=self.registry)
 
-    def observe(self, report) -> None:
-        summary = report.summary or summarise(report, at=datetime.now(timezone.utc))
+    def observe(self, summary: RunSummary) -> None:
         self.runs.labels("ok").inc()
         self.evictions.labels("evicted").inc(summary.evicted)
         self.evictions.labels("would-evict").inc(summary.would_evict)

@@ -377,8 +377,8 @@ def _deschedule_once(args, policy, fixed_cluster, core, events, metrics=None) ->
             metrics.observe_failure("api-error")
         print(f"gpu-balancer deschedule: Kubernetes API said {error.status} {error.reason}", file=sys.stderr)
         return 1
-    if metrics is not None:
-        metrics.observe(report)
+    if metrics is not None and report.summary is not None:
+        metrics.observe(report.summary)
     print(report_as_json(report) if args.output == "json" else report_as_table(report), flush=True)
     return 1 if report.errors else 0
 

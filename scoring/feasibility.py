@@ -119,9 +119,14 @@ def _requirements(items: object) -> tuple[Requirement, ...]:
                  for e in as_list(items) if isinstance(e, dict))
 
 
-def taints_of(node: Mapping[str, Any]) -> tuple[Taint, ...]:
+def taints_from(items: object) -> tuple[Taint, ...]:
+    """Taints from a Node's `spec.taints` list."""
     return tuple(Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
-                 for t in as_list(as_dict(node.get("spec")).get("taints")) if isinstance(t, dict))
+                 for t in as_list(items) if isinstance(t, dict))
+
+
+def taints_of(node: Mapping[str, Any]) -> tuple[Taint, ...]:
+    return taints_from(as_dict(node.get("spec")).get("taints"))
 
 
 def tolerations_of(pod: Mapping[str, Any]) -> tuple[Toleration, ...]:

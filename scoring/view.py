@@ -45,8 +45,7 @@ class ClusterView:
         facts = self.nodes.get(node)
         if facts is None:
             return {}
-        held = self.held.get(node, {})
-        return {resource: units - held.get(resource, 0) for resource, units in facts.allocatable.items()}
+        return {resource: self.free_units(node, resource) for resource in facts.allocatable}
 
     def free_units(self, node: str, resource: str) -> int:
         """`free(node)[resource]` without building the dict (the ledger asks per candidate)."""

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler.plan import plan_evictions
-from scoring.feasibility import NodeFacts, Taint, constraints_of, why_infeasible
+from scoring.feasibility import NodeFacts, constraints_of, taints_from, why_infeasible
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
 from scoring.prometheus import WindowStats, topology_keys
@@ -60,9 +60,7 @@ def cluster_view(world: World, policy: BalancerPolicy, now: datetime) -> Cluster
     nodes, held, bound = {}, {}, set()
     for node in world.nodes.values():
         allocatable = {r: int(q) for r, q in node.allocatable.items() if r.startswith("nvidia.com/")}
-        nodes[node.name] = NodeFacts(node.name, node.labels, tuple(Taint(t.get("key", ""), t.get("value", ""),
-                                                                         t.get("effect", "")) for t in node.taints),
-                                     node.unschedulable, allocatable)
+        nodes[node.name] = NodeFacts(node.name, node.labels, taints_from(node.taints), node.unschedulable, allocatable)
         held[node.name] = {r: int(node.requested[r]) for r in allocatable if node.requested[r]}
         bound.update(node.pods)
     return ClusterView(nodes, held, frozenset(bound), now)

@@ -21,9 +21,19 @@ def as_json(scenario: str, seed: int, results: dict[str, PolicyResult]) -> str:
                                    for name, r in results.items()}}, indent=2)
 
 
-def _columns(results: dict[str, PolicyResult]) -> list[str]:
-    extra = sorted({k for r in results.values() for k in r.metrics} - set(METRICS))
-    return list(METRICS) + extra
+COMPARED = ("node_util_cov", "hot_node_minutes", "p99_latency_ms")
+"""Metrics quoted with their change against stock (lower is better for each)."""
+
+
+def columns(metric_names: set[str]) -> list[str]:
+    """The standard metrics first, then any others (training, advice) in name order."""
+    return list(METRICS) + sorted(metric_names - set(METRICS))
+
+
+def render(title: str, rows: list[list[str]]) -> str:
+    """A title and rows as aligned columns."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join([title, *("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows)])
 
 
 def vs_stock(results: dict[str, PolicyResult], metric: str, name: str) -> str:
@@ -37,19 +47,15 @@ def _cell(results: dict[str, PolicyResult], metric: str, name: str) -> str:
     value = results[name].metrics.get(metric)
     if value is None:
         return "n/a"  # e.g. no training job found a clique with room, so packing was not judged
-    compared = metric in ("node_util_cov", "hot_node_minutes", "p99_latency_ms")
-    return FORMATS.get(metric, "{:.2f}").format(value) + (vs_stock(results, metric, name) if compared else "")
+    return FORMATS.get(metric, "{:.2f}").format(value) + (vs_stock(results, metric, name) if metric in COMPARED else "")
 
 
 def as_table(scenario: str, seed: int, results: dict[str, PolicyResult]) -> str:
-    columns = _columns(results)
-    rows = [["policy", *columns]]
-    for name, result in results.items():
-        rows.append([name, *(_cell(results, c, name) for c in columns)])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = [f"scenario {scenario}, seed {seed}"]
-    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
-    return "\n".join(lines)
+    shown = columns({k for r in results.values() for k in r.metrics})
+    rows = [["policy", *shown]]
+    for name in results:
+        rows.append([name, *(_cell(results, c, name) for c in shown)])
+    return render(f"scenario {scenario}, seed {seed}", rows)
 
 
 def write_report(directory: Path, scenario: str, seed: int, results: dict[str, PolicyResult]) -> list[Path]:

@@ -6,11 +6,8 @@ from __future__ import annotations
 import json
 from statistics import fmean
 
-from sim.report import FORMATS, METRICS
+from sim.report import COMPARED, FORMATS, columns, render
 from sim.run import PolicyResult
-
-COMPARED = ("node_util_cov", "hot_node_minutes", "p99_latency_ms")
-"""Metrics quoted with their change against stock (lower is better for each)."""
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -56,11 +53,11 @@ def as_json(scenario: str, seeds: list[int], summary: dict[str, dict[str, dict]]
 
 
 def as_table(scenario: str, seeds: list[int], summary: dict[str, dict[str, dict]]) -> str:
-    columns = list(METRICS) + sorted({m for metrics in summary.values() for m in metrics} - set(METRICS))
-    rows = [["policy", *columns]]
+    shown = columns({m for metrics in summary.values() for m in metrics})
+    rows = [["policy", *shown]]
     for policy, metrics in summary.items():
         row = [policy]
-        for metric in columns:
+        for metric in shown:
             value = metrics.get(metric)
             if value is None:
                 row.append("n/a")
@@ -70,7 +67,5 @@ def as_table(scenario: str, seeds: list[int], summary: dict[str, dict[str, dict]
             change = change_against_stock(summary, policy, metric) if metric in COMPARED else None
             row.append(cell + (f" {change * 100:+.0f}%" if change is not None else ""))
         rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = [f"scenario {scenario}, seeds {seeds[0]}-{seeds[-1]}: mean (min..max), change of the mean against stock"]
-    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
-    return "\n".join(lines)
+    return render(f"scenario {scenario}, seeds {seeds[0]}-{seeds[-1]}: mean (min..max), change of the mean "
+                  "against stock", rows)

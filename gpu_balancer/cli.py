@@ -510,10 +510,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-balancer", description="GPU-aware placement for Kubernetes.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    # Every subcommand's --help shows its defaults.
-    add_parser = commands.add_parser
-    commands.add_parser = lambda *a, **k: add_parser(*a, formatter_class=argparse.ArgumentDefaultsHelpFormatter, **k)
-
     status = commands.add_parser("status", help="the fleet's GPU heat, read from Prometheus")
     status.add_argument("--prometheus-url", help="Prometheus base URL (overrides the policy's)")
     status.add_argument("--config", help="BalancerPolicy YAML file")
@@ -614,13 +610,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _show_defaults(parser: argparse.ArgumentParser) -> None:
-    """Give every option with a default some help text, so the formatter prints the default."""
+    """Every option with a default says so in its --help, in every subcommand."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 _show_defaults(sub)
-        elif action.option_strings and action.default not in (None, False, argparse.SUPPRESS) and not action.help:
-            action.help = "default: %(default)s"
+        elif action.option_strings and action.default not in (None, False, argparse.SUPPRESS) \
+                and "%(default)" not in (action.help or ""):
+            action.help = f"{action.help} (default: %(default)s)" if action.help else "default: %(default)s"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

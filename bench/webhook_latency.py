@@ -102,9 +102,9 @@ def real_app(nodes: int):
 def serve(kind: str, nodes: int, port: int, cert: str, key: str) -> None:
     from webhook.serve import tls_server, tune_process_for_latency
 
-    tune_process_for_latency()  # both servers, as `gpu-balancer webhook` runs
     app = null_app() if kind == "null" else real_app(nodes)
     server, _ = tls_server(app, tls_cert=cert, tls_key=key, host="127.0.0.1", port=port, log_level="warning")
+    tune_process_for_latency()  # both servers, as `gpu-balancer webhook` runs
     server.run()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import socket
 import sys
@@ -20,9 +21,14 @@ from webhook.tls import CertificateReloader, server_context
 
 
 def tune_process_for_latency() -> None:
-    """Hand the GIL over every millisecond (default 5 ms): the telemetry refresh thread then delays
-    an admission by at most about a millisecond at a time."""
+    """Call once the app is built, before serving. Hands the GIL over every millisecond (default
+    5 ms), so the telemetry refresh thread delays an admission by about a millisecond at a time;
+    and moves everything alive now (modules, classes, the app: never garbage) out of the
+    collector's sight. A full collection here walks ~70,000 such objects in ~65 ms, stalling every
+    admission in flight; frozen, it walks only the ledger's and the snapshot's data."""
     sys.setswitchinterval(0.001)
+    gc.collect()
+    gc.freeze()
 
 
 def tls_server(app: Any, *, tls_cert: str, tls_key: str, host: str, port: int, log_level: str = "info",
@@ -67,8 +73,8 @@ def build_server(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: s
 
 def serve(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: str = "0.0.0.0", port: int = 8443) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    tune_process_for_latency()
     server, reloader = build_server(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port)
+    tune_process_for_latency()
     reloader.start()
     try:
         server.run()

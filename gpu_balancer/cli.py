@@ -470,12 +470,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from sim.explain import as_table, check_quantities, explain, nodes_from_list
+    from sim.explain import as_table, check_quantities, context_from_list, explain, nodes_from_list
 
     # Prometheus is read only with --prometheus-url: a production policy explains offline too.
     policy = load_policy(args.config, args.prometheus_url, reads_prometheus=bool(args.prometheus_url))
     try:
-        nodes = nodes_from_list(json.loads(read_text(args.cluster_file, "cluster file")))
+        document = json.loads(read_text(args.cluster_file, "cluster file"))
+        nodes = nodes_from_list(document)
     except ValueError as error:
         raise UsageError(f"{args.cluster_file}: {str(error).splitlines()[0]}") from None
     try:
@@ -493,7 +494,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from None
     snapshot = read_snapshot(connect(policy.prometheus), policy) if args.prometheus_url else None
-    result = explain(pod, nodes, snapshot=snapshot, policy=policy, now=datetime.now(timezone.utc))
+    result = explain(pod, nodes, snapshot=snapshot, policy=policy, now=datetime.now(timezone.utc),
+                     context=context_from_list(document))
     print(json.dumps(result, indent=2) if args.output == "json" else as_table(result))
     return 0
 

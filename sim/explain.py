@@ -14,7 +14,7 @@ from scoring.placement import index_fleet
 from scoring.policy import BalancerPolicy
 from scoring.telemetry import ClusterSnapshot
 from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
-from sim.scheduler import NodeState, NodeVerdict, evaluate
+from sim.scheduler import NO_CONTEXT, ClusterContext, NodeState, NodeVerdict, evaluate
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger
 from webhook.review import decode_review, patched, pod_review
@@ -71,11 +71,17 @@ def _shape(verdicts: list[NodeVerdict]) -> dict:
             "chosen": sorted(v.name for v in feasible if best is not None and v.total >= best - 1e-9)}
 
 
+def context_from_list(document: dict) -> ClusterContext:
+    """Namespaces and workload controllers in the same file (optional: `kubectl get
+    nodes,pods,namespaces,services,replicasets,statefulsets -A -o json` gives them)."""
+    return ClusterContext.from_objects([obj for obj in document["items"] if isinstance(obj, dict)])
+
+
 def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | None, policy: BalancerPolicy,
-            now: datetime) -> dict:
+            now: datetime, context: ClusterContext = NO_CONTEXT) -> dict:
     """Per node: feasibility, the failed filter, each plugin's score and the total; the top node(s).
     With a snapshot, the same after the webhook's advice (`advised`), and the advice itself."""
-    result = _shape(evaluate(pod, nodes))
+    result = _shape(evaluate(pod, nodes, context=context))
     if snapshot is None:
         return result
     fleet = fleet_heat(snapshot, policy.heat, now=now, staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
@@ -83,7 +89,7 @@ def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | No
                       telemetry_time=snapshot.newest_sample_at, snapshot_age_seconds=snapshot.age_seconds(now),
                       ledger=SteeringLedger(policy.placement.settle_seconds), policy=policy.placement, now=now)
     advised = patched(copy.deepcopy(pod), decision.review)
-    result["advised"] = _shape(evaluate(advised, nodes))
+    result["advised"] = _shape(evaluate(advised, nodes, context=context))
     result["advice"] = decision.detail or decision.reason
     return result
 

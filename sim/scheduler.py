@@ -1,59 +1,48 @@
 """A model of the default kube-scheduler profile for what matters to GPU placement. Pure, no I/O.
 
 Works on Kubernetes JSON (pods and nodes as `kubectl get -o json` prints them), so the simulator
-and `gpu-balancer explain` share it. Filters: NodeUnschedulable, NodeResourcesFit (cpu, memory and
-GPU resources), NodeAffinity (required), TaintToleration (NoSchedule/NoExecute), PodTopologySpread
-(DoNotSchedule). Scores, each normalised to 0–100 then weighted as the default profile does:
-NodeAffinity ×2, PodTopologySpread ×2, InterPodAffinity ×2, NodeResourcesFit (LeastAllocated,
-cpu and memory only — GPUs are filtered on, never scored) ×1, BalancedAllocation ×1.
+and `gpu-balancer explain` share it. Filters, in the default profile's order: NodeUnschedulable,
+NodeName, TaintToleration (NoSchedule/NoExecute), NodeAffinity (nodeSelector and required
+terms), NodePorts, NodeResourcesFit (pod count, cpu, memory and every extended resource),
+PodTopologySpread (DoNotSchedule), InterPodAffinity (required terms both ways). Scores, each
+normalised as the plugin does (integers, as upstream) and weighted as the default profile:
+TaintToleration ×3 (intolerable PreferNoSchedule taints), NodeAffinity ×2, PodTopologySpread ×2,
+InterPodAffinity ×2, NodeResourcesFit (LeastAllocated on cpu and memory with the non-zero
+defaults; GPUs are filtered on, never scored) ×1, BalancedAllocation ×1, ImageLocality ×1.
+
+Not modelled: volumes (VolumeBinding, VolumeZone, VolumeRestrictions, NodeVolumeLimits),
+preemption, Dynamic Resource Allocation, pod-level resources, scheduling gates and the
+percentage-of-nodes-to-score sampling (every feasible node is scored).
 """
 
 from __future__ import annotations
 
+import math
 import random
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
+from scoring.workloads import as_dict, as_list
+from sim.kube_match import Labels, Selector, label_selector, node_selector_term, tolerates
+from sim.pod_affinity import InterPodAffinity, has_pod_affinity
+from sim.pod_requests import pod_requests, quantity
+from sim.spread import HOSTNAME, Constraint, Spread, constraints_of, namespace_of, pod_labels
 
-HOSTNAME = "kubernetes.io/hostname"
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 """NodeUnschedulable lets a cordoned node through for a pod that tolerates this taint."""
-WEIGHTS = {"NodeAffinity": 2, "PodTopologySpread": 2, "InterPodAffinity": 2, "NodeResourcesFit": 1,
-           "BalancedAllocation": 1, "ImageLocality": 1}
+WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "PodTopologySpread": 2, "InterPodAffinity": 2,
+           "NodeResourcesFit": 1, "BalancedAllocation": 1, "ImageLocality": 1}
+MAX_SCORE = 100
 IMAGE_MIN_BYTES, IMAGE_MAX_BYTES = 23 * 2**20, 1000 * 2**20
 """ImageLocality's thresholds: below the minimum a cached image scores 0, above the maximum (per
 container) 100. Model-serving images are many GB, so a node that already has one scores 100."""
 IMAGE_SIZE_ANNOTATION = "sim.gpu-balancer.io/image-bytes"
-"""Simulator-only: the size of the pod's image (the scheduler reads it from the node's image list)."""
-SYSTEM_DEFAULT_SPREAD = ({"maxSkew": 3, "topologyKey": HOSTNAME, "whenUnsatisfiable": "ScheduleAnyway"},
-                         {"maxSkew": 5, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"})
-"""The scheduler's default spread for pods of a ReplicaSet that declare none of their own."""
-
-
-def quantity(value: Any) -> float:
-    try:
-        return float(parse_quantity(value))
-    except BadQuantity:
-        return 0.0
-
-
-def requests_of(pod: Mapping[str, Any]) -> Counter:
-    """What the scheduler reserves: the larger of the app containers' sum and each init container."""
-    spec = as_dict(pod.get("spec"))
-    total: Counter = Counter()
-    for container in as_list(spec.get("containers")):
-        resources = as_dict(as_dict(container).get("resources"))
-        wanted = as_dict(resources.get("requests")) or as_dict(resources.get("limits"))
-        for name in set(wanted) | set(as_dict(resources.get("limits"))):
-            total[name] += quantity(wanted.get(name, as_dict(resources.get("limits")).get(name, 0)))
-    for container in as_list(spec.get("initContainers")):
-        resources = as_dict(as_dict(container).get("resources"))
-        for name, value in (as_dict(resources.get("requests")) or as_dict(resources.get("limits"))).items():
-            total[name] = max(total[name], quantity(value))
-    return total
+"""Simulator-only: the size of the pod's image (a real node lists its images in status.images)."""
+SYSTEM_DEFAULT_SPREAD = ((3, HOSTNAME), (5, "topology.kubernetes.io/zone"))
+"""The scheduler's default ScheduleAnyway spread (maxSkew, key) for pods that declare none."""
+CONTROLLER_KINDS = ("Service", "ReplicationController", "ReplicaSet", "StatefulSet")
 
 
 @dataclass
@@ -66,106 +55,94 @@ class NodeState:
     taints: list[dict] = field(default_factory=list)
     unschedulable: bool = False
     requested: Counter = field(default_factory=Counter)
+    non_zero_requested: Counter = field(default_factory=Counter)
+    """What scoring counts: cpu and memory with the non-zero defaults for containers requesting none."""
     pods: dict[str, dict] = field(default_factory=dict)
     """key "namespace/name" → pod object."""
+    affinity_pods: dict[str, dict] = field(default_factory=dict)
+    """The pods here with pod affinity or anti-affinity terms of their own."""
     images: dict[str, int] = field(default_factory=dict)
-    """Images present on the node (pulled by earlier pods) and their sizes in bytes."""
+    """Images present on the node (status.images, or pulled by earlier pods) and their sizes in bytes."""
 
     @staticmethod
     def from_object(obj: Mapping[str, Any]) -> "NodeState":
         metadata, spec, status = as_dict(obj.get("metadata")), as_dict(obj.get("spec")), as_dict(obj.get("status"))
         labels = {k: str(v) for k, v in as_dict(metadata.get("labels")).items()}
-        labels.setdefault(HOSTNAME, str(metadata.get("name", "")))
+        images = {image_name(str(name)): int(quantity(as_dict(i).get("sizeBytes", 0)))
+                  for i in as_list(status.get("images")) for name in as_list(as_dict(i).get("names"))}
         return NodeState(str(metadata.get("name", "")), labels,
                          {k: quantity(v) for k, v in as_dict(status.get("allocatable")).items()},
-                         [t for t in as_list(spec.get("taints")) if isinstance(t, dict)], bool(spec.get("unschedulable")))
+                         [t for t in as_list(spec.get("taints")) if isinstance(t, dict)], bool(spec.get("unschedulable")),
+                         images=images)
 
     def bind(self, pod: dict) -> None:
-        self.pods[pod_key(pod)] = pod
-        self.requested.update(requests_of(pod))
+        key = pod_key(pod)
+        self.pods[key] = pod
+        if has_pod_affinity(pod):
+            self.affinity_pods[key] = pod
+        self.requested.update(pod_requests(pod))
+        self.non_zero_requested.update(_scored(pod_requests(pod, non_zero=True)))
         self.images.update(images_of(pod))
 
     def unbind(self, pod: dict) -> None:
-        if self.pods.pop(pod_key(pod), None) is not None:
-            self.requested.subtract(requests_of(pod))
+        key = pod_key(pod)
+        if self.pods.pop(key, None) is not None:
+            self.affinity_pods.pop(key, None)
+            self.requested.subtract(pod_requests(pod))
+            self.non_zero_requested.subtract(_scored(pod_requests(pod, non_zero=True)))
+
+
+def _scored(requests: Counter) -> Counter:
+    return Counter({r: requests[r] for r in ("cpu", "memory")})
+
+
+@dataclass(frozen=True)
+class ClusterContext:
+    """What else a cluster file says that the scheduler reads: namespaces' labels (for pod
+    affinity's namespaceSelector) and the workload controllers whose selectors give the default
+    spreading. Empty in the simulator, where a pod's controller is known by its owner reference."""
+
+    namespace_labels: Mapping[str, Labels] = field(default_factory=dict)
+    controllers: tuple[tuple[str, Selector], ...] = ()
+    """(namespace, selector) of each Service, ReplicationController, ReplicaSet and StatefulSet."""
+
+    @staticmethod
+    def from_objects(objects: list[Mapping[str, Any]]) -> "ClusterContext":
+        namespaces, controllers = {}, []
+        for obj in objects:
+            metadata = as_dict(obj.get("metadata"))
+            kind = obj.get("kind")
+            if kind == "Namespace":
+                namespaces[str(metadata.get("name", ""))] = {k: str(v) for k, v in as_dict(metadata.get("labels")).items()}
+            elif kind in CONTROLLER_KINDS:
+                raw = as_dict(obj.get("spec")).get("selector")
+                if kind in ("Service", "ReplicationController"):  # a plain label map
+                    raw = {"matchLabels": raw} if isinstance(raw, dict) and raw else None
+                elif not as_dict(raw).get("matchLabels") and not as_dict(raw).get("matchExpressions"):
+                    raw = None  # selects nothing to spread by
+                if raw is not None:
+                    controllers.append((str(metadata.get("namespace") or "default"), label_selector(raw)))
+        return ClusterContext(namespaces, tuple(controllers))
+
+
+NO_CONTEXT = ClusterContext()
+
+
+def image_name(name: str) -> str:
+    """As the scheduler keys images: a name without tag or digest means ':latest'."""
+    return name if name.rfind(":") > name.rfind("/") else f"{name}:latest"
 
 
 def images_of(pod: Mapping[str, Any]) -> dict[str, int]:
     size = int(as_dict(as_dict(pod.get("metadata")).get("annotations")).get(IMAGE_SIZE_ANNOTATION, 0) or 0)
-    return {str(as_dict(c).get("image", "")): size for c in as_list(as_dict(pod.get("spec")).get("containers"))}
+    if not size:
+        return {}
+    return {image_name(str(as_dict(c).get("image", ""))): size for c in as_list(as_dict(pod.get("spec")).get("containers"))}
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
     metadata = as_dict(pod.get("metadata"))
     return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
-
-
-def _labels(pod: Mapping[str, Any]) -> dict[str, str]:
-    return {k: v for k, v in as_dict(as_dict(pod.get("metadata")).get("labels")).items() if isinstance(v, str)}
-
-
-def _selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    if not selector:
-        return False
-    if any(labels.get(k) != v for k, v in as_dict(selector.get("matchLabels")).items()):
-        return False
-    return all(_expression(e, labels.get(e.get("key", "")), e.get("key", "") in labels)
-               for e in as_list(selector.get("matchExpressions")) if isinstance(e, dict))
-
-
-def _expression(expr: Mapping[str, Any], value: str | None, present: bool) -> bool:
-    operator, values = expr.get("operator"), [str(v) for v in as_list(expr.get("values"))]
-    if operator == "In":
-        return value in values
-    if operator == "NotIn":
-        return value not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt") and value is not None and values:
-        try:
-            return float(value) > float(values[0]) if operator == "Gt" else float(value) < float(values[0])
-        except ValueError:
-            return False
-    return False
-
-
-def _node_term_matches(term: Mapping[str, Any], node: NodeState) -> bool:
-    expressions = [e for e in as_list(term.get("matchExpressions")) if isinstance(e, dict)]
-    fields = [f for f in as_list(term.get("matchFields")) if isinstance(f, dict)]
-    if not expressions and not fields:
-        return False
-    return (all(_expression(e, node.labels.get(e.get("key", "")), e.get("key", "") in node.labels) for e in expressions)
-            and all(_expression(f, node.name, True) for f in fields if f.get("key") == "metadata.name"))
-
-
-def _tolerated(taint: Mapping[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> bool:
-    for toleration in tolerations:
-        if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
-            continue
-        if toleration.get("operator") == "Exists" and (not toleration.get("key") or toleration.get("key") == taint.get("key")):
-            return True
-        if toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
-            return True
-    return False
-
-
-def _spread_counts(constraint: Mapping[str, Any], pod: Mapping[str, Any], nodes: list[NodeState]) -> dict[str, int]:
-    """Matching pods per topology domain, over nodes that have the topology key."""
-    selector = dict(as_dict(constraint.get("labelSelector")))
-    own = _labels(pod)
-    match_labels = dict(as_dict(selector.get("matchLabels")))
-    for key in as_list(constraint.get("matchLabelKeys")):
-        if key in own:
-            match_labels[key] = own[key]
-    selector["matchLabels"] = match_labels
-    key = constraint.get("topologyKey", "")
-    counts: dict[str, int] = defaultdict(int)
-    for node in nodes:
-        if key in node.labels:
-            counts[node.labels[key]] += sum(1 for p in node.pods.values() if _selector_matches(selector, _labels(p)))
-    return counts
 
 
 @dataclass(frozen=True)
@@ -177,133 +154,199 @@ class NodeVerdict:
     total: float
 
 
-def evaluate(pod: Mapping[str, Any], nodes: list[NodeState], *, score_gpus: bool = False) -> list[NodeVerdict]:
+def _default_spread(pod: Mapping[str, Any], context: ClusterContext) -> list[Constraint]:
+    """System-default spreading, by the selectors of the controllers that select the pod (in the
+    simulator, the pod's own labels when a ReplicaSet, StatefulSet or ReplicationController owns it)."""
+    labels, namespace = pod_labels(pod), namespace_of(pod)
+    selectors = [s for ns, s in context.controllers if ns == namespace and s(labels)]
+    if not selectors:
+        owners = as_list(as_dict(pod.get("metadata")).get("ownerReferences"))
+        if not context.controllers and labels and any(
+                as_dict(r).get("kind") in ("ReplicaSet", "StatefulSet", "ReplicationController") for r in owners):
+            selectors = [label_selector({"matchLabels": labels})]
+        else:
+            return []
+
+    def selector(other: Labels) -> bool:
+        return all(s(other) for s in selectors)
+    return [Constraint(key, skew, selector, honour_affinity=True) for skew, key in SYSTEM_DEFAULT_SPREAD]
+
+
+def _host_ports(pod: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    ports = []
+    for container in as_list(as_dict(pod.get("spec")).get("containers")):
+        for port in as_list(as_dict(container).get("ports")):
+            port = as_dict(port)
+            if int(port.get("hostPort") or 0) > 0:
+                ports.append((str(port.get("hostIP") or "0.0.0.0"), str(port.get("protocol") or "TCP"),
+                              int(port["hostPort"])))
+    return ports
+
+
+def _ports_conflict(wanted: list[tuple[str, str, int]], node: NodeState) -> bool:
+    used = [p for other in node.pods.values() for p in _host_ports(other)]
+    return any(protocol == p and port == q and (ip == i or "0.0.0.0" in (ip, i))
+               for ip, protocol, port in wanted for i, p, q in used)
+
+
+def _extended(resource: str) -> bool:
+    return "/" in resource or resource.startswith("hugepages-")
+
+
+def _fit_failure(need: Counter, node: NodeState) -> bool:
+    if "pods" in node.allocatable and len(node.pods) + 1 > node.allocatable["pods"]:
+        return True
+    return any(amount > node.allocatable.get(r, 0) - node.requested[r] + 1e-9 for r, amount in need.items()
+               if amount > 0 and (r in ("cpu", "memory", "ephemeral-storage") or _extended(r)))
+
+
+def _integer(resource: str, amount: float) -> int:
+    return round(amount * 1000) if resource == "cpu" else round(amount)
+
+
+def _least_allocated(node: NodeState, need: Counter, resources: tuple[str, ...]) -> int:
+    total = weight = 0
+    for r in resources:
+        if _extended(r) and need[r] == 0:
+            continue
+        capacity = _integer(r, node.allocatable.get(r, 0))
+        if capacity == 0:
+            continue
+        base = node.non_zero_requested if r in ("cpu", "memory") else node.requested
+        requested = _integer(r, base[r] + need[r])
+        total += 0 if requested > capacity else (capacity - requested) * MAX_SCORE // capacity
+        weight += 1
+    return total // weight if weight else 0
+
+
+def _balanced(node: NodeState, need: Counter, resources: tuple[str, ...]) -> int:
+    fractions = []
+    for r in resources:
+        if _extended(r) and need[r] == 0:
+            continue
+        capacity = _integer(r, node.allocatable.get(r, 0))
+        if capacity == 0:
+            continue
+        fractions.append(min(1.0, _integer(r, node.requested[r] + need[r]) / capacity))
+    if len(fractions) == 2:
+        deviation = abs(fractions[0] - fractions[1]) / 2
+    elif len(fractions) > 2:
+        mean = sum(fractions) / len(fractions)
+        deviation = math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions))
+    else:
+        deviation = 0.0
+    return int((1 - deviation) * MAX_SCORE)
+
+
+def _image_locality(pod: Mapping[str, Any], node: NodeState, holders: Mapping[str, int], nodes: int) -> int:
+    spec = as_dict(pod.get("spec"))
+    containers = as_list(spec.get("initContainers")) + as_list(spec.get("containers"))
+    total = 0
+    for container in containers:
+        image = image_name(str(as_dict(container).get("image", "")))
+        if image in node.images:
+            total += int(node.images[image] * holders[image] / nodes)
+    ceiling = IMAGE_MAX_BYTES * len(containers)
+    total = min(max(total, IMAGE_MIN_BYTES), ceiling)
+    return MAX_SCORE * (total - IMAGE_MIN_BYTES) // (ceiling - IMAGE_MIN_BYTES) if ceiling > IMAGE_MIN_BYTES else 0
+
+
+def _default_normalise(raw: Mapping[str, int], *, reverse: bool) -> dict[str, int]:
+    high = max(raw.values(), default=0)
+    if high == 0:
+        return {name: MAX_SCORE if reverse else 0 for name in raw}
+    return {name: MAX_SCORE - MAX_SCORE * v // high if reverse else MAX_SCORE * v // high for name, v in raw.items()}
+
+
+def evaluate(pod: Mapping[str, Any], nodes: list[NodeState], *, score_gpus: bool = False,
+             context: ClusterContext = NO_CONTEXT) -> list[NodeVerdict]:
     """Filter and score every node for `pod`, as the default profile would."""
     spec = as_dict(pod.get("spec"))
-    need = requests_of(pod)
+    need = pod_requests(pod)
     affinity = as_dict(spec.get("affinity"))
     node_affinity = as_dict(affinity.get("nodeAffinity"))
-    required_terms = as_list(as_dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
-                             .get("nodeSelectorTerms"))
-    node_selector = as_dict(spec.get("nodeSelector"))
+    required = as_dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    required_terms = [node_selector_term(t) for t in as_list(required.get("nodeSelectorTerms"))]
+    node_selector = {k: str(v) for k, v in as_dict(spec.get("nodeSelector")).items()}
     tolerations = [t for t in as_list(spec.get("tolerations")) if isinstance(t, dict)]
-    spreads = [c for c in as_list(spec.get("topologySpreadConstraints")) if isinstance(c, dict)]
-    owners = [r for r in as_list(as_dict(pod.get("metadata")).get("ownerReferences")) if isinstance(r, dict)]
-    if not spreads and any(r.get("kind") == "ReplicaSet" for r in owners):
-        spreads = [dict(c, labelSelector={"matchLabels": _labels(pod)}) for c in SYSTEM_DEFAULT_SPREAD]
-    hard_spreads = [(c, _spread_counts(c, pod, nodes)) for c in spreads if c.get("whenUnsatisfiable") == "DoNotSchedule"]
-    soft_spreads = [(c, _spread_counts(c, pod, nodes)) for c in spreads if c.get("whenUnsatisfiable") != "DoNotSchedule"]
+    wanted_ports = _host_ports(pod)
+    node_name = spec.get("nodeName")
+
+    def affinity_ok(node: NodeState) -> bool:
+        if any(node.labels.get(k) != v for k, v in node_selector.items()):
+            return False
+        return not required or any(term(node.name, node.labels) for term in required_terms)
+
+    spread = Spread(pod, nodes, affinity_ok=affinity_ok, tolerations=tolerations)
+    spread_passes = spread.filter(constraints_of(pod, "DoNotSchedule"))
+    pod_affinity = InterPodAffinity(pod, nodes, namespace_labels=context.namespace_labels)
+    pod_affinity_failure = pod_affinity.filter()
 
     feasible: list[NodeState] = []
     failed: dict[str, str] = {}
     for node in nodes:
-        reason = None
-        if node.unschedulable and not _tolerated(UNSCHEDULABLE_TAINT, tolerations):
+        if node.unschedulable and not tolerates(UNSCHEDULABLE_TAINT, tolerations):
             reason = "NodeUnschedulable"
-        elif any(need[r] > node.allocatable.get(r, 0) - node.requested[r] + 1e-9 for r in need if need[r] > 0):
-            reason = "NodeResourcesFit"
-        elif any(node.labels.get(k) != str(v) for k, v in node_selector.items()) or (
-                required_terms and not any(_node_term_matches(as_dict(t), node) for t in required_terms)):
-            reason = "NodeAffinity"
-        elif any(t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(t, tolerations) for t in node.taints):
+        elif node_name and node_name != node.name:
+            reason = "NodeName"
+        elif any(t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(t, tolerations) for t in node.taints):
             reason = "TaintToleration"
-        else:
-            for constraint, counts in hard_spreads:
-                key = constraint.get("topologyKey", "")
-                if key not in node.labels:
-                    reason = "PodTopologySpread"
-                    break
-                floor = min(counts.values(), default=0)
-                if counts.get(node.labels[key], 0) + 1 - floor > int(constraint.get("maxSkew", 1)):
-                    reason = "PodTopologySpread"
-                    break
-        if reason:
-            failed[node.name] = reason
+        elif not affinity_ok(node):
+            reason = "NodeAffinity"
+        elif wanted_ports and _ports_conflict(wanted_ports, node):
+            reason = "NodePorts"
+        elif _fit_failure(need, node):
+            reason = "NodeResourcesFit"
+        elif not spread_passes(node):
+            reason = "PodTopologySpread"
+        elif pod_affinity_failure(node) is not None:
+            reason = "InterPodAffinity"
         else:
             feasible.append(node)
+            continue
+        failed[node.name] = reason
 
-    raw: dict[str, dict[str, float]] = {n.name: {} for n in feasible}
-    preferred = [p for p in as_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))
-                 if isinstance(p, dict)]
-    for node in feasible:
-        raw[node.name]["NodeAffinity"] = sum(float(p.get("weight", 0)) for p in preferred
-                                             if _node_term_matches(as_dict(p.get("preference")), node))
-        raw[node.name]["PodTopologySpread"] = sum(
-            counts.get(node.labels.get(c.get("topologyKey", ""), ""), 0) for c, counts in soft_spreads)
-        raw[node.name]["InterPodAffinity"] = _pod_affinity(affinity, node, nodes)
-        fractions = []
-        free_share = []
-        for resource in ("cpu", "memory") + (tuple(r for r in need if r.startswith("nvidia.com/")) if score_gpus else ()):
-            capacity = node.allocatable.get(resource, 0)
-            if capacity <= 0:
-                continue
-            used = (node.requested[resource] + need[resource]) / capacity
-            fractions.append(min(1.0, used))
-            free_share.append(max(0.0, 1 - used))
-        raw[node.name]["NodeResourcesFit"] = 100 * sum(free_share) / len(free_share) if free_share else 0.0
-        mean = sum(fractions) / len(fractions) if fractions else 0.0
-        deviation = (sum((f - mean) ** 2 for f in fractions) / len(fractions)) ** 0.5 if fractions else 0.0
-        raw[node.name]["BalancedAllocation"] = 100 * (1 - deviation)
-        raw[node.name]["ImageLocality"] = _image_locality(pod, node, nodes)
-
-    normalised = _normalise(raw)
+    scores = _scores(pod, need, feasible, nodes, node_affinity, tolerations, spread, pod_affinity, context,
+                     score_gpus=score_gpus)
     verdicts = []
     for node in nodes:
         if node.name in failed:
             verdicts.append(NodeVerdict(node.name, False, failed[node.name], {}, 0.0))
         else:
-            scores = normalised[node.name]
-            verdicts.append(NodeVerdict(node.name, True, None, scores,
-                                        sum(WEIGHTS[p] * s for p, s in scores.items())))
+            mine = {plugin: float(scores[plugin][node.name]) for plugin in WEIGHTS}
+            verdicts.append(NodeVerdict(node.name, True, None, mine, sum(WEIGHTS[p] * s for p, s in mine.items())))
     return verdicts
 
 
-def _image_locality(pod: Mapping[str, Any], node: NodeState, nodes: list[NodeState]) -> float:
-    wanted = images_of(pod)
-    total = 0.0
-    for image in wanted:
-        if image in node.images:
-            spread = sum(1 for n in nodes if image in n.images) / len(nodes)
-            total += node.images[image] * spread
-    ceiling = IMAGE_MAX_BYTES * max(1, len(wanted))
-    if total < IMAGE_MIN_BYTES:
-        return 0.0
-    return 100 * min(1.0, (total - IMAGE_MIN_BYTES) / (ceiling - IMAGE_MIN_BYTES))
+def _scores(pod: Mapping[str, Any], need: Counter, feasible: list[NodeState], nodes: list[NodeState],
+            node_affinity: Mapping[str, Any], tolerations: list[dict], spread: Spread,
+            pod_affinity: InterPodAffinity, context: ClusterContext, *, score_gpus: bool) -> dict[str, dict[str, int]]:
+    """Each score plugin's normalised score per feasible node."""
+    preferred = [(int(as_dict(p).get("weight") or 0), node_selector_term(as_dict(p).get("preference")))
+                 for p in as_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))]
+    soft_tolerations = [t for t in tolerations if t.get("effect") in (None, "", "PreferNoSchedule")]
+    resources = ("cpu", "memory") + (tuple(r for r in need if r.startswith("nvidia.com/")) if score_gpus else ())
+    non_zero = _scored(pod_requests(pod, non_zero=True)) + Counter({r: need[r] for r in resources[2:]})
+    holders: Counter = Counter(image for n in nodes for image in n.images)
 
+    if as_list(as_dict(pod.get("spec")).get("topologySpreadConstraints")):
+        soft, require_all = constraints_of(pod, "ScheduleAnyway"), True
+    else:
+        soft, require_all = _default_spread(pod, context), False
 
-def _pod_affinity(affinity: Mapping[str, Any], node: NodeState, nodes: list[NodeState]) -> float:
-    total = 0.0
-    for kind, sign in (("podAffinity", 1), ("podAntiAffinity", -1)):
-        for term in as_list(as_dict(affinity.get(kind)).get("preferredDuringSchedulingIgnoredDuringExecution")):
-            term = as_dict(term)
-            inner = as_dict(term.get("podAffinityTerm"))
-            key = inner.get("topologyKey", "")
-            if key not in node.labels:
-                continue
-            domain = node.labels[key]
-            selector = as_dict(inner.get("labelSelector"))
-            if any(_selector_matches(selector, _labels(p)) for other in nodes if other.labels.get(key) == domain
-                   for p in other.pods.values()):
-                total += sign * float(term.get("weight", 0))
-    return total
-
-
-def _normalise(raw: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {name: {} for name in raw}
-    if not raw:
-        return out
-    for plugin in WEIGHTS:
-        values = {name: scores.get(plugin, 0.0) for name, scores in raw.items()}
-        low, high = min(values.values()), max(values.values())
-        for name, value in values.items():
-            if plugin == "NodeAffinity":  # score * 100 / max over feasible nodes
-                out[name][plugin] = 100 * value / high if high > 0 else 0.0
-            elif plugin == "PodTopologySpread":  # fewer matching pods is better
-                out[name][plugin] = 100 * (high - value) / high if high > 0 else 100.0
-            elif plugin == "InterPodAffinity":
-                out[name][plugin] = 100 * (value - low) / (high - low) if high > low else 0.0
-            else:  # already 0–100
-                out[name][plugin] = value
+    out: dict[str, dict[str, int]] = {
+        "NodeAffinity": _default_normalise(
+            {n.name: sum(w for w, term in preferred if term(n.name, n.labels)) for n in feasible}, reverse=False),
+        "TaintToleration": _default_normalise(
+            {n.name: sum(1 for t in n.taints if t.get("effect") == "PreferNoSchedule"
+                         and not tolerates(t, soft_tolerations)) for n in feasible}, reverse=True),
+        "PodTopologySpread": (spread.scores(soft, feasible, require_all_keys=require_all) if soft
+                              else {n.name: 0 for n in feasible}),
+        "InterPodAffinity": pod_affinity.scores(feasible),
+        "NodeResourcesFit": {n.name: _least_allocated(n, non_zero, resources) for n in feasible},
+        "BalancedAllocation": {n.name: _balanced(n, need, resources) for n in feasible},
+        "ImageLocality": {n.name: _image_locality(pod, n, holders, len(nodes)) for n in feasible},
+    }
     return out
 
 

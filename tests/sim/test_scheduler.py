@@ -8,7 +8,7 @@ from sim.scheduler import NodeState, choose, evaluate
 
 
 def node(name, *, cpu="96", gpus="8", labels=None, taints=None, unschedulable=False):
-    return NodeState.from_object({"metadata": {"name": name, "labels": labels or {}},
+    return NodeState.from_object({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
                                   "spec": {"taints": taints or [], "unschedulable": unschedulable},
                                   "status": {"allocatable": {"cpu": cpu, "memory": "512Gi", "nvidia.com/gpu": gpus}}})
 

@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench prometheus clean image
+.PHONY: demo test bench prometheus chromium clean image
 
 # The image, tagged with the package version: `make image IMAGE=registry.example/gpu-balancer`.
 IMAGE ?= ghcr.io/gpu-balancer/gpu-balancer
@@ -26,11 +26,21 @@ prometheus:
 	    echo "prometheus is not installed: run 'sudo apt-get install prometheus' (tests start their own on loopback)"; exit 1; \
 	  fi; }
 
+# Debian's headless chromium, for the test that renders the simulation report; optional elsewhere.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium package..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	  else \
+	    echo "chromium is not installed: the report-rendering test will be skipped ('sudo apt-get install chromium')"; \
+	  fi; }
+
 demo: $(STAMP)
 	@$(MAKE) --no-print-directory prometheus || echo "(continuing without Prometheus)"
 	$(VENV)/bin/gpu-balancer demo
 
-test: $(STAMP) prometheus
+test: $(STAMP) prometheus chromium
 	$(PY) -m pytest
 
 bench: $(STAMP) prometheus

@@ -408,7 +408,7 @@ def _deschedule_every(args, policy, fixed_cluster, core, events) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from sim.report import as_json, as_table, write_report
+    from sim.report import as_json, single_seed_table
     from sim.run import compare
     from sim.scenario import load_scenario, named
 
@@ -435,16 +435,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 print(file=sys.stderr)
 
     results = compare(scenario, args.seed, progress=progress)
-    print(as_json(scenario.name, args.seed, results) if args.output == "json" else as_table(scenario.name, args.seed,
-                                                                                           results))
+    print(as_json(scenario.name, args.seed, results) if args.output == "json"
+          else single_seed_table(scenario.name, args.seed, results))
     if args.report:
-        for path in write_report(Path(args.report), scenario.name, args.seed, results):
-            print(f"wrote {path}", file=sys.stderr)
+        _write_report(args.report, scenario, {args.seed: results})
     return 0
 
 
 def _simulate_seeds(args: argparse.Namespace, scenario) -> int:
     from sim import seeds as multi
+    from sim.report import as_table
     from sim.run import compare
 
     try:
@@ -452,7 +452,7 @@ def _simulate_seeds(args: argparse.Namespace, scenario) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from None
     if args.report:
-        raise UsageError("--report draws one run's plots: give it with --seed, not --seeds")
+        writable_directory(args.report, "--report")
     by_seed = {}
     for seed in seeds:
         if sys.stderr.isatty():
@@ -462,8 +462,17 @@ def _simulate_seeds(args: argparse.Namespace, scenario) -> int:
         print(file=sys.stderr)
     summary = multi.aggregate(by_seed)
     print(multi.as_json(scenario.name, seeds, summary) if args.output == "json"
-          else multi.as_table(scenario.name, seeds, summary))
+          else as_table(scenario.name, seeds, summary))
+    if args.report:
+        _write_report(args.report, scenario, by_seed)
     return 0
+
+
+def _write_report(directory: str, scenario, by_seed) -> None:
+    from sim.report_files import write_report
+
+    for path in write_report(Path(directory), scenario, by_seed):
+        print(f"wrote {path}", file=sys.stderr)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -589,7 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     seed.add_argument("--seed", type=int, default=11)
     seed.add_argument("--seeds", metavar="A-B|N", help="run every seed A..B (or 1..N) and report mean and range")
     simulate.add_argument("--output", choices=("table", "json"), default="table")
-    simulate.add_argument("--report", help="directory for PNG plots and a Markdown summary")
+    simulate.add_argument("--report", help="directory for report.html (pictures inlined), the PNGs and summary.md")
     simulate.set_defaults(handler=cmd_simulate)
 
     explain_cmd = commands.add_parser("explain", help="why would this pod land there? (scheduler model)")

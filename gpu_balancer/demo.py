@@ -1,9 +1,11 @@
-"""`gpu-balancer demo`: the whole path on one machine (does I/O: servers, Prometheus, files).
+"""`gpu-balancer demo`: the problem and its cure on one machine (does I/O: servers, Prometheus, files).
 
-A simulated skewed cluster is served by fake-dcgm and scraped by a real Prometheus (when one is
-installed); the real webhook runs over TLS with freshly generated certificates and receives real
-AdmissionReviews for a burst of pods, which the scheduler model binds; a descheduler dry-run
-follows; then the five-policy comparison and its report.
+One simulated fleet and one seed throughout. An hour of stock scheduling leaves some nodes hot and
+others idle, and one node reports an XID. fake-dcgm serves it; a real Prometheus scrapes it, with
+15 minutes of backfilled history so that the heat is sustained. A burst of replicas goes through
+the real webhook over TLS and the scheduler model places each pod with and without the advice;
+the descheduler's dry-run names the pod it would move; the policies are then compared over three
+seeds and the report written.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import ssl
 import tempfile
 import threading
 import time
-from contextlib import ExitStack
-from dataclasses import replace
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from statistics import fmean, pstdev
@@ -27,87 +30,251 @@ from certs.files import write_bundle
 from certs.issue import issue_ca, issue_serving
 from descheduler.cluster import cluster_from_objects
 from descheduler.run import report_as_table, run_once
+from gpu_balancer.backfill import backfilled_tsdb
 from gpu_balancer.local_prometheus import LocalPrometheus, PrometheusNotInstalled, ScrapeTarget, free_port
 from gpu_balancer.status_view import heat_as_table
 from scoring import dcgm
-from scoring.heat import fleet_heat
-from scoring.policy import default_policy
+from scoring.heat import FleetHeat, Tier, fleet_heat
+from scoring.policy import BalancerPolicy, default_policy
 from scoring.prometheus import SnapshotReader, TelemetryError, connect
 from scoring.series import series_from_families, snapshot_from_readings
+from scoring.telemetry import GpuSample
 from sim.dcgm_text import render_exposition
-from sim.engine import SimPod, World, bind, build_world, cluster_objects, measure, service_pod, step_workloads
+from sim.engine import (SimPod, World, bind, build_world, cluster_objects, delete_pod, measure, service_pod,
+                        step_workloads)
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.policies import make_policy, observed_samples
-from sim.report import as_table, write_report
+from sim.report import as_table
+from sim.report_files import write_report
 from sim.run import compare, weighted_quantile
-from sim.scenario import FleetShape, InferenceShape, named
+from sim.scenario import FleetShape, InferenceShape, Scenario, named
 from sim.scheduler import choose, evaluate
+from sim.seeds import aggregate
 from webhook.app import create_app
 from webhook.cache import SnapshotCache, assessing
 from webhook.review import patched, pod_review
 from webhook.serve import tls_server
 
-
-def _summary(world: World) -> dict[str, float]:
-    sample = measure(world)
-    utils = list(sample.node_util.values())
-    return {"node_util_cov": pstdev(utils) / fmean(utils) if fmean(utils) else 0.0, "max_node_util": max(utils),
-            "hot_nodes": float(sum(u >= 80 for u in utils)), "p99_latency_ms": weighted_quantile(sample.latencies, 0.99)}
+XID_UNHEALTHY = 79  # "GPU has fallen off the bus": dcgm-exporter reports it, the heat model marks the node
+HISTORY_SECONDS = 15 * 60
+COMPARED_SEEDS = 3
 
 
-def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 24,
-             report_dir: str = "reports/demo") -> int:
-    scenario = replace(named("skewed-inference"), fleet=FleetShape(nodes=nodes, gpus_per_node=gpus),
-                       inference=InferenceShape(services=max(4, nodes), mean_demand_fraction=0.3))
+def demo_scenario(nodes: int, gpus: int) -> Scenario:
+    """Skewed inference on the demo's fleet: few services, busy replicas (autoscaled to 80 %), so
+    the stock scheduler's pile-ups make hot nodes beside idle ones."""
+    return replace(named("skewed-inference"), name="demo-skewed-inference", hours=3.0,
+                   fleet=FleetShape(nodes=nodes, gpus_per_node=gpus),
+                   inference=InferenceShape(services=max(4, 3 * nodes // 4), mean_demand_fraction=0.5,
+                                            target_util=0.8, max_replica_util=0.95))
+
+
+def stock_hour(scenario: Scenario, seed: int) -> World:
     world = build_world(scenario, seed)
     stock = make_policy("stock", seed)
-    for tick in range(120):  # an hour under the stock scheduler: replicas pile up where their images are
+    for tick in range(120):
         world.tick = tick
         step_workloads(world)
         for pod in world.pending():
             if (node := stock.place(world, pod)) is not None:
                 bind(world, pod, node)
         measure(world)
-    body = render_exposition(observed_samples(world), profiling=True)
-    policy = default_policy()
-    with ExitStack() as stack:
-        exporter = make_server(body, port=0)
-        serve_in_background(exporter)
-        stack.callback(exporter.shutdown)
-        print(f"1. fake-dcgm serves the simulated cluster ({nodes} nodes x {gpus} GPUs, after an hour of stock "
-              f"scheduling) on http://127.0.0.1:{exporter.server_port}/metrics")
-        try:
-            prometheus = stack.enter_context(LocalPrometheus([ScrapeTarget(f"127.0.0.1:{exporter.server_port}")]))
-            prometheus.wait_for(dcgm.FB_USED, at_least=nodes * gpus)
-            policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus.url))
-            query = connect(policy.prometheus)
-            read = SnapshotReader(query, policy)
-            print(f"2. a real Prometheus scrapes it at {prometheus.url}")
-        except PrometheusNotInstalled:
-            query = None
-            readings = series_from_families(text_string_to_metric_families(body))
-            read = lambda: snapshot_from_readings(readings, taken_at=datetime.now(timezone.utc),  # noqa: E731
-                                                  newest_sample_at=datetime.now(timezone.utc))
-            print("2. Prometheus is not installed here: the snapshot is read straight from fake-dcgm's text")
-        snapshot = read()
-        fleet = fleet_heat(snapshot, policy.heat, now=datetime.now(timezone.utc),
-                           staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
-        print()
-        print(heat_as_table(fleet, colour=colour))
+    return world
 
-        tls_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-balancer-demo-")))
-        ca = issue_ca()
-        paths = write_bundle(tls_dir, ca, issue_serving(ca, ["localhost"], ip_addresses=(ipaddress.ip_address("127.0.0.1"),)))
-        cache = SnapshotCache(assessing(read, policy), policy)
-        port = free_port()
-        server, _ = tls_server(create_app(policy, cache), tls_cert=str(paths["tls.crt"]), tls_key=str(paths["tls.key"]),
-                               host="127.0.0.1", port=port, log_level="warning")
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        stack.callback(thread.join, 10)
-        stack.callback(setattr, server, "should_exit", True)
-        client = stack.enter_context(httpx.Client(base_url=f"https://127.0.0.1:{port}", timeout=10,
-                                                  verify=ssl.create_default_context(cafile=str(paths["ca.crt"]))))
+
+def with_one_xid(samples: list[GpuSample]) -> tuple[list[GpuSample], str]:
+    """The samples with an XID on one GPU of the coolest node (where stock would send pods)."""
+    util: dict[str, list[float]] = {}
+    for s in samples:
+        util.setdefault(s.node, []).append(s.util_percent or 0.0)
+    sick = min(util, key=lambda n: (fmean(util[n]), n))
+    return [replace(s, last_xid=XID_UNHEALTHY) if s.node == sick and s.gpu == "0" else s for s in samples], sick
+
+
+@dataclass
+class Telemetry:
+    read: object
+    query: object | None
+    prometheus_url: str | None
+
+
+@contextmanager
+def serve_telemetry(stack: ExitStack, body: str, policy: BalancerPolicy, expected: int) -> Iterator[Telemetry]:
+    exporter = make_server(body, port=0)
+    serve_in_background(exporter)
+    stack.callback(exporter.shutdown)
+    try:
+        storage = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-balancer-demo-tsdb-")))
+        now = time.time()
+        history = backfilled_tsdb(body, storage, start=now - HISTORY_SECONDS, end=now - 20)
+        prometheus = stack.enter_context(LocalPrometheus([ScrapeTarget(f"127.0.0.1:{exporter.server_port}")],
+                                                         storage=storage if history else None))
+        prometheus.wait_for(dcgm.FB_USED, at_least=expected)
+        query = connect(replace(policy.prometheus, url=prometheus.url))
+        policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus.url))
+        print(f"   fake-dcgm serves it on http://127.0.0.1:{exporter.server_port}/metrics; a real Prometheus "
+              f"scrapes it at {prometheus.url}" + (", with 15 minutes of backfilled history" if history else ""))
+        yield Telemetry(SnapshotReader(query, policy), query, prometheus.url)
+    except PrometheusNotInstalled:
+        readings = series_from_families(text_string_to_metric_families(body))
+        print("   Prometheus is not installed here: telemetry is read straight from fake-dcgm's text "
+              "(no history, so the descheduler step is skipped)")
+        yield Telemetry(lambda: snapshot_from_readings(readings, taken_at=datetime.now(timezone.utc),
+                                                       newest_sample_at=datetime.now(timezone.utc)), None, None)
+
+
+def settle(world: World, seed: int, ticks: int = 4) -> World:
+    """A few ticks of traffic, so that the new replicas carry their share (later pods: stock)."""
+    stock = make_policy("stock", seed)
+    for _ in range(ticks):
+        world.tick += 1
+        step_workloads(world)
+        for pod in world.pending():
+            if (node := stock.place(world, pod)) is not None:
+                bind(world, pod, node)
+        measure(world)
+    return world
+
+
+def fleet_summary(world: World) -> dict[str, float]:
+    sample = measure(world)
+    utils = list(sample.node_util.values())
+    return {"cov": pstdev(utils) / fmean(utils) if fmean(utils) else 0.0, "max": max(utils),
+            "hot": float(sum(u >= 80 for u in utils)), "p99": weighted_quantile(sample.latencies, 0.99)}
+
+
+def move(world: World, client: httpx.Client, pod_name: str, rng) -> str:
+    """What the eviction would lead to: the controller's replacement pod, advised by the webhook."""
+    victim = next((p for p in world.pods.values() if p.obj["metadata"]["name"] == pod_name), None)
+    if victim is None or victim.service is None:
+        return f"({pod_name} is not a service replica here: not moved)"
+    delete_pod(world, victim)
+    replacement = service_pod(world, world.services[victim.service])
+    answer = client.post("/mutate", json=pod_review(replacement.obj)).json()
+    replacement.obj = patched(replacement.obj, answer) if "patch" in answer["response"] else replacement.obj
+    node = choose(evaluate(replacement.obj, list(world.nodes.values())), rng)
+    if node is not None:
+        bind(world, replacement, node)
+    return (f"if evicted, its ReplicaSet recreates it as {replacement.obj['metadata']['name']}, which the webhook "
+            f"advises and the scheduler model places on {node or 'no node'}")
+
+
+def _where(fleet: FleetHeat, node: str | None) -> str:
+    if node is None:
+        return "Pending (no node fits)"
+    heat = next((n for n in fleet.nodes if n.name == node), None)
+    return node if heat is None else f"{node} ({heat.gpu_util:.0f} %, {heat.tier})"
+
+
+def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 12,
+             report_dir: str = "reports/demo") -> int:
+    started = time.monotonic()
+    scenario = demo_scenario(nodes, gpus)
+    policy = default_policy()
+    print(f"gpu-balancer demo: {nodes} nodes x {gpus} GPUs, seed {seed}, all on this machine (no cluster).\n")
+    print("1. The problem. After an hour under the stock scheduler, which sees GPUs only as a count, some nodes "
+          "are hot\n   and others half idle.")
+    world = stock_hour(scenario, seed)
+    samples, sick = with_one_xid(observed_samples(world))
+    print(f"   On {sick}, the least busy node, one GPU reports XID {XID_UNHEALTHY} (it fell off the bus).")
+    body = render_exposition(samples, profiling=True)
+    with ExitStack() as stack:
+        telemetry = stack.enter_context(serve_telemetry(stack, body, policy, nodes * gpus))
+        if telemetry.prometheus_url:
+            policy = replace(policy, prometheus=replace(policy.prometheus, url=telemetry.prometheus_url))
+        fleet = fleet_heat(telemetry.read(), policy.heat, now=datetime.now(timezone.utc),
+                           staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
+        print("   `gpu-balancer status` shows:\n")
+        print("   " + heat_as_table(fleet, colour=colour).replace("\n", "\n   "))
+
+        client = stack.enter_context(_webhook(stack, policy, telemetry))
+        service = max(world.services.values(), key=lambda s: s.demand)
+        running = len(world.running(service.name))
+        growth = (running + burst) / max(1, running)
+        service.demand *= growth  # traffic that needs every new replica, so the autoscaler keeps them
+        print(f"\n2. A burst: traffic to {service.name}, the busiest service, grows {growth:.1f}x and it scales from "
+              f"{running} to {running + burst} replicas,\n   each new pod sent to the real "
+              "webhook over TLS.\n   Where the scheduler model puts each pod, unchanged (stock) and with the "
+              "webhook's patch:\n")
+        before = copy.deepcopy(world)
+        stock = make_policy("stock", seed)
+        rows, patched_count = [], 0
+        for pod in (service_pod(world, service) for _ in range(burst)):
+            key = f"{pod.obj['metadata']['namespace']}/{pod.obj['metadata']['name']}"
+            twin = before.pods.setdefault(key, SimPod(copy.deepcopy(pod.obj), pod.service, created_tick=world.tick))
+            stock_node = stock.place(before, twin)
+            if stock_node is not None:
+                bind(before, twin, stock_node)
+            answer = client.post("/mutate", json=pod_review(pod.obj)).json()
+            if "patch" in answer["response"]:
+                pod.obj = patched(pod.obj, answer)
+                patched_count += 1
+            advised_node = choose(evaluate(pod.obj, list(world.nodes.values())), stock.rng)
+            if advised_node is not None:
+                bind(world, pod, advised_node)
+            rows.append((pod.obj["metadata"]["name"], _where(fleet, stock_node), _where(fleet, advised_node)))
+        width = max(len(r[1]) for r in rows) + 2
+        print(f"   {'POD':30s} {'STOCK SCHEDULER':{width}s} WITH GPU-BALANCER'S ADVICE")
+        for name, a, b in rows:
+            print(f"   {name:30s} {a:{width}s} {b}")
+        bad = {n.name for n in fleet.nodes if n.tier in (Tier.HOT, Tier.UNHEALTHY)}
+        sent = lambda column: sum(1 for r in rows if r[column].split(" ")[0] in bad)  # noqa: E731
+        print(f"\n   {patched_count}/{burst} admissions were patched. Pods sent to hot or unhealthy nodes: "
+              f"stock {sent(1)}, with the advice {sent(2)}.")
+
+        print("\n3. The descheduler's dry-run: a node counts as a source only when its heat lasted the "
+              "10-minute window.")
+        if telemetry.query is not None:
+            try:
+                report = run_once(policy, query=telemetry.query,
+                                  cluster=cluster_from_objects(cluster_objects(world), policy.placement),
+                                  now=lambda: datetime.now(timezone.utc), dry_run=True)
+                print("   " + report_as_table(report).replace("\n", "\n   "))
+                for moved in (o.eviction for o in report.outcomes if o.result == "dry-run"):
+                    print("   " + move(world, client, moved.pod, stock.rng))
+            except TelemetryError as error:
+                print(f"   {error}")
+        else:
+            print("   skipped: it needs Prometheus for its windowed queries")
+
+    print("\n4. The fleet two minutes later (traffic shared by the new replicas): the stock scheduler alone, against\n"
+          "   gpu-balancer's advice plus the descheduler's move:\n")
+    rows_after = {"stock scheduler alone": fleet_summary(settle(before, seed)),
+                  "with gpu-balancer": fleet_summary(settle(world, seed))}
+    print(f"   {'':30s} {'util CoV (ratio)':>17s} {'hottest node (%)':>17s} {'hot nodes':>10s} {'p99 (ms)':>9s}")
+    for name, row in rows_after.items():
+        print(f"   {name:30s} {row['cov']:17.3f} {row['max']:17.1f} {row['hot']:10.0f} {row['p99']:9.0f}")
+    base, ours = rows_after.values()
+    change = {k: f"{(ours[k] / base[k] - 1) * 100:+.0f} %" if base[k] else "-" for k in base}
+    print(f"   {'change against stock':30s} {change['cov']:>17s} {change['max']:>17s} {change['hot']:>10s} "
+          f"{change['p99']:>9s}")
+
+    seeds = list(range(seed, seed + COMPARED_SEEDS))
+    print(f"\n5. Over time: the five policies on this fleet for {scenario.hours:g} simulated hours, seeds "
+          f"{seeds[0]}-{seeds[-1]}, the same arrivals for each policy:\n")
+    by_seed = {s: compare(scenario, s) for s in seeds}
+    print(as_table(scenario.name, seeds, aggregate(by_seed)))
+    written = write_report(Path(report_dir), scenario, by_seed)
+    page = next(p for p in written if p.suffix == ".html")
+    print(f"\nreport: open {page} in a browser (pictures inlined); also {', '.join(p.name for p in written if p != page)}")
+    print(f"demo finished in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+@contextmanager
+def _webhook(stack: ExitStack, policy: BalancerPolicy, telemetry: Telemetry) -> Iterator[httpx.Client]:
+    tls_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-balancer-demo-")))
+    ca = issue_ca()
+    paths = write_bundle(tls_dir, ca, issue_serving(ca, ["localhost"], ip_addresses=(ipaddress.ip_address("127.0.0.1"),)))
+    cache = SnapshotCache(assessing(telemetry.read, policy), policy)
+    port = free_port()
+    server, _ = tls_server(create_app(policy, cache), tls_cert=str(paths["tls.crt"]), tls_key=str(paths["tls.key"]),
+                           host="127.0.0.1", port=port, log_level="warning")
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    client = httpx.Client(base_url=f"https://127.0.0.1:{port}", timeout=10,
+                          verify=ssl.create_default_context(cafile=str(paths["ca.crt"])))
+    try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -116,49 +283,9 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 24,
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        print(f"\n3. the webhook serves TLS on https://127.0.0.1:{port} with a freshly generated CA; "
-              f"a burst of {burst} new replicas arrives")
-
-        service = max(world.services.values(), key=lambda s: s.demand)
-        before = copy.deepcopy(world)
-        new_pods = [service_pod(world, service) for _ in range(burst)]
-        for pod in new_pods:
-            twin = before.pods.setdefault(f"{pod.obj['metadata']['namespace']}/{pod.obj['metadata']['name']}",
-                                          SimPod(copy.deepcopy(pod.obj), pod.service, created_tick=world.tick))
-            if (node := stock.place(before, twin)) is not None:
-                bind(before, twin, node)
-        advised = 0
-        for pod in new_pods:
-            answer = client.post("/mutate", json=pod_review(pod.obj)).json()
-            if "patch" in answer["response"]:
-                pod.obj = patched(pod.obj, answer)
-                advised += 1
-            if (node := choose(evaluate(pod.obj, list(world.nodes.values())), stock.rng)) is not None:
-                bind(world, pod, node)
-        example = new_pods[0].obj["metadata"].get("annotations", {}).get("gpu-balancer.io/advice", "-")
-        print(f"   {advised}/{burst} AdmissionReviews answered with a patch over TLS; first advice: {example}")
-        rows = {"stock scheduler alone": _summary(before), "with gpu-balancer's advice": _summary(world)}
-        print(f"\n   {'':30s} {'util CoV':>9s} {'max util %':>11s} {'hot nodes':>10s} {'p99 ms':>8s}")
-        for name, row in rows.items():
-            print(f"   {name:30s} {row['node_util_cov']:9.3f} {row['max_node_util']:11.1f} {row['hot_nodes']:10.0f} "
-                  f"{row['p99_latency_ms']:8.0f}")
-
-        print("\n4. descheduler dry-run (the real plan; Prometheus holds only seconds of history, so the "
-              "10-minute window cannot show sustained heat yet):")
-        if query is not None:
-            try:
-                report = run_once(policy, query=query, cluster=cluster_from_objects(cluster_objects(world),
-                                                                                    policy.placement),
-                                  now=lambda: datetime.now(timezone.utc), dry_run=True)
-                print("   " + report_as_table(report).replace("\n", "\n   "))
-            except TelemetryError as error:
-                print(f"   {error}")
-        else:
-            print("   skipped: it needs Prometheus for its windowed queries")
-
-    print("\n5. the five policies on the skewed-inference scenario (seed 11), same arrivals:")
-    results = compare(named("skewed-inference"), 11)
-    print(as_table("skewed-inference", 11, results))
-    written = write_report(Path(report_dir), "skewed-inference", 11, results)
-    print(f"\nreport: {', '.join(str(p) for p in written)}")
-    return 0
+        print(f"\n   The webhook serves TLS on https://127.0.0.1:{port} (a freshly generated CA), telemetry fresh.")
+        yield client
+    finally:
+        client.close()  # first, so that the server's graceful shutdown has no open connection to wait for
+        server.should_exit = True
+        thread.join(10)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from statistics import fmean
 
-from sim.report import COMPARED, FORMATS, columns, render
 from sim.run import PolicyResult
 
 
@@ -50,22 +49,3 @@ def as_json(scenario: str, seeds: list[int], summary: dict[str, dict[str, dict]]
         policy: {metric: {"mean": round(v["mean"], 4), "min": round(v["min"], 4), "max": round(v["max"], 4),
                           "per_seed": {str(s): round(x, 4) for s, x in v["per_seed"].items()}}
                  for metric, v in metrics.items()} for policy, metrics in summary.items()}}, indent=2)
-
-
-def as_table(scenario: str, seeds: list[int], summary: dict[str, dict[str, dict]]) -> str:
-    shown = columns({m for metrics in summary.values() for m in metrics})
-    rows = [["policy", *shown]]
-    for policy, metrics in summary.items():
-        row = [policy]
-        for metric in shown:
-            value = metrics.get(metric)
-            if value is None:
-                row.append("n/a")
-                continue
-            fmt = FORMATS.get(metric, "{:.2f}")
-            cell = f"{fmt.format(value['mean'])} ({fmt.format(value['min'])}..{fmt.format(value['max'])})"
-            change = change_against_stock(summary, policy, metric) if metric in COMPARED else None
-            row.append(cell + (f" {change * 100:+.0f}%" if change is not None else ""))
-        rows.append(row)
-    return render(f"scenario {scenario}, seeds {seeds[0]}-{seeds[-1]}: mean (min..max), change of the mean "
-                  "against stock", rows)

@@ -98,7 +98,7 @@ def commands(files: dict[str, str], closed: str) -> st.SearchStrategy[list[str]]
         st.just(["simulate", "--scenario", "burst", "--report", UNWRITABLE]),
         st.builds(lambda s: ["simulate", "--scenario", "burst", "--seeds", s], st.sampled_from(
             ["8-1", "x", "1-", "0-500", "-2"])),
-        st.just(["simulate", "--scenario", "burst", "--seeds", "1-2", "--report", "/tmp/r"]),
+        st.just(["simulate", "--scenario", "burst", "--seeds", "1-2", "--report", UNWRITABLE]),
     )
 
 

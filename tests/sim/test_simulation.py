@@ -143,7 +143,7 @@ def test_simulate_prints_json_and_writes_a_report(tmp_path):
     assert report["scenario"] == "tiny" and report["seed"] == 4
     assert set(report["results"]) == set(POLICIES)
     assert {p.name for p in (tmp_path / "report").iterdir()} == {"summary.md", "node-utilisation.png",
-                                                                 "latency-cdf.png"}
+                                                                 "latency-tail.png", "headline.png", "report.html"}
     assert "gpu-balancer" in (tmp_path / "report" / "summary.md").read_text()
 
 

@@ -12,7 +12,9 @@ from dataclasses import replace
 
 import pytest
 
+from gpu_balancer.backfill import backfilled_tsdb
 from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
+from sim.dcgm_text import render_exposition
 from scoring import dcgm
 from descheduler.cluster import namespace_object
 from scoring.policy import OptInPolicy, default_policy
@@ -40,30 +42,12 @@ def samples(now: bool) -> list[GpuSample]:
     return out
 
 
-def openmetrics_history(start: float, end: float, step: float = 15.0) -> str:
-    lines = [f"# TYPE {dcgm.GPU_UTIL} gauge"]
-    t = start
-    rows = []
-    while t <= end:
-        for s in samples(now=False):
-            rows.append((s, t))
-        t += step
-    for s, at in rows:
-        labels = ",".join(f'{k}="{v}"' for k, v in dcgm.exporter_labels(s))
-        lines.append(f"{dcgm.GPU_UTIL}{{{labels}}} {s.util_percent} {at:.3f}")
-    return "\n".join(lines) + "\n# EOF\n"
-
-
 @pytest.fixture
 def prometheus_with_history(tmp_path, fake_dcgm):
     _require_prometheus()
     now = time.time()
-    source = tmp_path / "history.om"
-    source.write_text(openmetrics_history(now - 900, now - 20))
     data = tmp_path / "tsdb"
-    subprocess.run([shutil.which("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-                   check=True, capture_output=True)
-    from sim.dcgm_text import render_exposition
+    assert backfilled_tsdb(render_exposition(samples(now=False)), data, start=now - 900, end=now - 20)
     from sim.fake_dcgm import make_server, serve_in_background
 
     server = make_server(render_exposition(samples(now=True)), port=0)

@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench prometheus chromium clean image
+.PHONY: demo test bench prometheus chromium victoria-metrics clean image
 
 # The image, tagged with the package version: `make image IMAGE=registry.example/gpu-balancer`.
 IMAGE ?= ghcr.io/gpu-balancer/gpu-balancer
@@ -36,11 +36,21 @@ chromium:
 	    echo "chromium is not installed: the report-rendering test will be skipped ('sudo apt-get install chromium')"; \
 	  fi; }
 
+# Debian's single-node VictoriaMetrics, the second time-series backend the tests read through.
+victoria-metrics:
+	@command -v victoria-metrics >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's victoria-metrics package..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends victoria-metrics >/dev/null; \
+	  else \
+	    echo "victoria-metrics is not installed: its tests will be skipped ('sudo apt-get install victoria-metrics')"; \
+	  fi; }
+
 demo: $(STAMP)
 	@$(MAKE) --no-print-directory prometheus || echo "(continuing without Prometheus)"
 	$(VENV)/bin/gpu-balancer demo
 
-test: $(STAMP) prometheus chromium
+test: $(STAMP) prometheus chromium victoria-metrics
 	$(PY) -m pytest
 
 bench: $(STAMP) prometheus

@@ -32,6 +32,18 @@ class ScrapeTarget:
     """Target labels, e.g. the `pod`/`namespace` a ServiceMonitor would attach."""
 
 
+def scrape_config(targets: list[ScrapeTarget], interval: str, honor_labels: bool) -> str:
+    """The Prometheus-format scrape configuration (VictoriaMetrics reads the same file)."""
+    return yaml.safe_dump({
+        "global": {"scrape_interval": interval, "scrape_timeout": interval},
+        "scrape_configs": [{
+            "job_name": "dcgm",
+            "honor_labels": honor_labels,
+            "static_configs": [{"targets": [t.address], "labels": t.labels} for t in targets],
+        }],
+    })
+
+
 @dataclass
 class LocalPrometheus:
     """A Prometheus process with its own config and TSDB in a temporary directory."""
@@ -60,15 +72,7 @@ class LocalPrometheus:
                 "prometheus is not on PATH; install Debian's `prometheus` package (make test does this as root)")
         self._workdir = tempfile.TemporaryDirectory(prefix="gpu-balancer-prom-")
         workdir = Path(self._workdir.name)
-        config = {
-            "global": {"scrape_interval": self.scrape_interval, "scrape_timeout": self.scrape_interval},
-            "scrape_configs": [{
-                "job_name": "dcgm",
-                "honor_labels": self.honor_labels,
-                "static_configs": [{"targets": [t.address], "labels": t.labels} for t in self.targets],
-            }],
-        }
-        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        (workdir / "prometheus.yml").write_text(scrape_config(self.targets, self.scrape_interval, self.honor_labels))
         self._log = open(workdir / "prometheus.log", "wb")  # noqa: SIM115 - lives as long as the process
         self.process = subprocess.Popen(
             [binary, f"--config.file={workdir / 'prometheus.yml'}",

@@ -4,7 +4,6 @@ live from fake-dcgm; and `gpu-balancer deschedule` end to end in dry-run."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time

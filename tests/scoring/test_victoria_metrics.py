@@ -1,0 +1,78 @@
+"""The telemetry and descheduler queries, unchanged, against a real VictoriaMetrics (Debian's
+`victoria-metrics`, single node) scraping the same fake-dcgm as a real Prometheus."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import asdict, replace
+
+import pytest
+
+from gpu_balancer.local_prometheus import ScrapeTarget
+from gpu_balancer.local_victoria import LocalVictoriaMetrics
+from scoring import dcgm
+from scoring.policy import default_policy
+from scoring.prometheus import connect, read_snapshot, read_window
+from sim.fleet import FleetSpec
+
+SPEC = FleetSpec(nodes=6, gpus_per_node=4, profile="skewed", seed=5)
+
+
+@pytest.fixture
+def victoria_metrics():
+    if shutil.which("victoria-metrics") is None:
+        message = "victoria-metrics is not installed (Debian package `victoria-metrics`); `make test` installs it"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    started = []
+
+    def start(*targets: str) -> LocalVictoriaMetrics:
+        instance = LocalVictoriaMetrics([ScrapeTarget(t) for t in targets]).start()
+        started.append(instance)
+        return instance
+
+    yield start
+    for instance in started:
+        instance.stop()
+
+
+def rounded(value):
+    """Dataclass contents with floats to 6 significant places: the two backends multiply a
+    0–1 gauge by 100 in different floating-point order (94.7 against 94.69999999999999)."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v) for v in value]
+    return value
+
+
+def read_both(url: str):
+    policy = default_policy()
+    # A one-minute window at one-second steps: seconds of scrapes then fill several steps.
+    policy = replace(policy, prometheus=replace(policy.prometheus, url=url),
+                     descheduler=replace(policy.descheduler, window_seconds=60.0, step_seconds=1.0))
+    query = connect(policy.prometheus)
+    return read_snapshot(query, policy), read_window(query, policy)
+
+
+@pytest.mark.parametrize("profiling", [False, True])
+def test_victoria_metrics_gives_the_same_snapshot_and_window_as_prometheus(fake_dcgm, prometheus, victoria_metrics,
+                                                                           profiling):
+    target = fake_dcgm(SPEC, profiling=profiling)
+    prom, vm = prometheus(target), victoria_metrics(target)
+    units = SPEC.nodes * SPEC.gpus_per_node
+    prom.wait_for(dcgm.FB_USED, at_least=units)
+    vm.wait_for(dcgm.FB_USED, at_least=units)
+    time.sleep(3)  # a few scrapes in both
+    (p_snapshot, p_window), (v_snapshot, v_window) = read_both(prom.url), read_both(vm.url)
+    assert len(v_snapshot.nodes) == SPEC.nodes and v_snapshot.node_label == p_snapshot.node_label
+    assert [rounded(asdict(n)) for n in v_snapshot.nodes] == [rounded(asdict(n)) for n in p_snapshot.nodes]
+    assert set(v_window) == set(p_window) == {n.name for n in p_snapshot.nodes}
+    for node, stats in p_window.items():
+        assert v_window[node].mean == pytest.approx(stats.mean, rel=1e-6)
+        assert v_window[node].low == pytest.approx(stats.low, rel=1e-6)

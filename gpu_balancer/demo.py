@@ -112,7 +112,7 @@ def serve_telemetry(stack: ExitStack, body: str, policy: BalancerPolicy, expecte
         prometheus.wait_for(dcgm.FB_USED, at_least=expected)
         query = connect(replace(policy.prometheus, url=prometheus.url))
         policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus.url))
-        print(f"   fake-dcgm serves it on http://127.0.0.1:{exporter.server_port}/metrics; a real Prometheus "
+        print(f"   fake-dcgm serves it on http://127.0.0.1:{exporter.server_port}/metrics;\n   a real Prometheus "
               f"scrapes it at {prometheus.url}" + (", with 15 minutes of backfilled history" if history else ""))
         yield Telemetry(SnapshotReader(query, policy), query, prometheus.url)
     except PrometheusNotInstalled:

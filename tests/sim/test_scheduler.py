@@ -90,3 +90,57 @@ def test_ties_are_broken_at_random():
     nodes = [node("a"), node("b"), node("c")]
     picks = {choose(evaluate(pod(), nodes), random.Random(seed)) for seed in range(30)}
     assert picks == {"a", "b", "c"}
+
+
+# The rules below have no upstream case in tests/sim/upstream_cases.py; their expectations are
+# worked out by hand from the plugins' source.
+
+def test_min_domains_counts_the_global_minimum_as_zero_while_domains_are_missing():
+    a, b = node("a", labels={"zone": "z1"}), node("b", labels={"zone": "z2"})
+    a.bind(pod("x1"))
+    b.bind(pod("x2"))
+    hard = {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "svc"}}}
+    assert all(v.feasible for v in evaluate(pod(topologySpreadConstraints=[hard]), [a, b])), "1+1-1 ≤ 1"
+    # Three domains wanted, two exist: the minimum counts as 0, so 1 + 1 - 0 > 1 everywhere.
+    verdicts = evaluate(pod(topologySpreadConstraints=[dict(hard, minDomains=3)]), [a, b])
+    assert [v.failed_filter for v in verdicts] == ["PodTopologySpread", "PodTopologySpread"]
+
+
+def test_node_taints_policy_honor_leaves_untolerated_nodes_out_of_the_count():
+    clean, tainted = node("clean", labels={"zone": "z1"}), node("tainted", labels={"zone": "z2"})
+    tainted.taints = [{"key": "x", "value": "y", "effect": "NoSchedule"}]
+    clean.bind(pod("x1"))
+    hard = {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "svc"}}}
+    tolerant = [{"key": "x", "operator": "Exists"}]
+    # Ignore (the default): the tainted zone counts with 0 pods, so 'clean' would make the skew 2.
+    ignored = by_name(evaluate(pod(tolerations=tolerant, topologySpreadConstraints=[hard]), [clean, tainted]))
+    assert ignored["clean"].failed_filter == "PodTopologySpread" and ignored["tainted"].feasible
+    # Honor with a pod that does not tolerate the taint: z2 is no domain, z1 is the minimum.
+    honoured = by_name(evaluate(pod(topologySpreadConstraints=[dict(hard, nodeTaintsPolicy="Honor")]),
+                                [clean, tainted]))
+    assert honoured["clean"].feasible and honoured["tainted"].failed_filter == "TaintToleration"
+
+
+def test_match_label_keys_narrow_the_selector_to_the_pods_own_revision():
+    a, b = node("a"), node("b")
+    a.bind(pod("old1", labels={"app": "svc", "pod-template-hash": "old"}))
+    a.bind(pod("old2", labels={"app": "svc", "pod-template-hash": "old"}))
+    soft = {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app": "svc"}}}
+    new = {"app": "svc", "pod-template-hash": "new"}
+    plain = by_name(evaluate(pod(labels=new, topologySpreadConstraints=[soft]), [a, b]))
+    keyed = by_name(evaluate(pod(labels=new, topologySpreadConstraints=[dict(soft, matchLabelKeys=["pod-template-hash"])]),
+                             [a, b]))
+    assert plain["a"].scores["PodTopologySpread"] < plain["b"].scores["PodTopologySpread"]
+    assert keyed["a"].scores["PodTopologySpread"] == keyed["b"].scores["PodTopologySpread"] == 100
+
+
+def test_node_name_pins_the_pod_and_requests_use_non_zero_defaults_for_scoring():
+    verdicts = by_name(evaluate(pod(nodeName="b"), [node("a"), node("b")]))
+    assert verdicts["a"].failed_filter == "NodeName" and verdicts["b"].feasible
+    empty = {"metadata": {"name": "e", "namespace": "ns"}, "spec": {"containers": [{"name": "c"}]}}
+    small = NodeState.from_object({"metadata": {"name": "s"}, "status": {"allocatable": {"cpu": "1", "memory": "400Mi"}}})
+    scored = evaluate(empty, [small])[0].scores["NodeResourcesFit"]
+    assert scored == (90 + 50) // 2, "100m of 1 CPU and 200Mi of 400Mi counted for a container asking nothing"

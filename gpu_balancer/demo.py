@@ -69,10 +69,11 @@ def demo_scenario(nodes: int, gpus: int) -> Scenario:
                                             target_util=0.8, max_replica_util=0.95))
 
 
-def stock_hour(scenario: Scenario, seed: int) -> World:
-    world = build_world(scenario, seed)
+def advance(world: World, seed: int, ticks: int) -> World:
+    """Ticks of traffic, autoscaling and rollouts, new pods placed by the stock scheduler."""
     stock = make_policy("stock", seed)
-    for tick in range(120):
+    first = world.tick + 1 if world.history else 0
+    for tick in range(first, first + ticks):
         world.tick = tick
         step_workloads(world)
         for pod in world.pending():
@@ -123,19 +124,6 @@ def serve_telemetry(stack: ExitStack, body: str, policy: BalancerPolicy, expecte
                                                        newest_sample_at=datetime.now(timezone.utc)), None, None)
 
 
-def settle(world: World, seed: int, ticks: int = 4) -> World:
-    """A few ticks of traffic, so that the new replicas carry their share (later pods: stock)."""
-    stock = make_policy("stock", seed)
-    for _ in range(ticks):
-        world.tick += 1
-        step_workloads(world)
-        for pod in world.pending():
-            if (node := stock.place(world, pod)) is not None:
-                bind(world, pod, node)
-        measure(world)
-    return world
-
-
 def fleet_summary(world: World) -> dict[str, float]:
     sample = measure(world)
     utils = list(sample.node_util.values())
@@ -174,7 +162,7 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 12,
     print(f"gpu-balancer demo: {nodes} nodes x {gpus} GPUs, seed {seed}, all on this machine (no cluster).\n")
     print("1. The problem. After an hour under the stock scheduler, which sees GPUs only as a count, some nodes "
           "are hot\n   and others half idle.")
-    world = stock_hour(scenario, seed)
+    world = advance(build_world(scenario, seed), seed, 120)  # an hour of 30-second ticks
     samples, sick = with_one_xid(observed_samples(world))
     print(f"   On {sick}, the least busy node, one GPU reports XID {XID_UNHEALTHY} (it fell off the bus).")
     body = render_exposition(samples, profiling=True)
@@ -239,8 +227,8 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 12,
 
     print("\n4. The fleet two minutes later (traffic shared by the new replicas): the stock scheduler alone, against\n"
           "   gpu-balancer's advice plus the descheduler's move:\n")
-    rows_after = {"stock scheduler alone": fleet_summary(settle(before, seed)),
-                  "with gpu-balancer": fleet_summary(settle(world, seed))}
+    rows_after = {"stock scheduler alone": fleet_summary(advance(before, seed, 4)),
+                  "with gpu-balancer": fleet_summary(advance(world, seed, 4))}
     print(f"   {'':30s} {'util CoV (ratio)':>17s} {'hottest node (%)':>17s} {'hot nodes':>10s} {'p99 (ms)':>9s}")
     for name, row in rows_after.items():
         print(f"   {name:30s} {row['cov']:17.3f} {row['max']:17.1f} {row['hot']:10.0f} {row['p99']:9.0f}")

@@ -9,6 +9,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import requests
 import yaml
@@ -45,53 +46,56 @@ def scrape_config(targets: list[ScrapeTarget], interval: str, honor_labels: bool
 
 
 @dataclass
-class LocalPrometheus:
-    """A Prometheus process with its own config and TSDB in a temporary directory."""
+class LocalTimeSeriesServer:
+    """A time-series server process scraping `targets`, with its files in a temporary directory.
+    Subclasses name the binary, its command line and its readiness path."""
 
     targets: list[ScrapeTarget]
     scrape_interval: str = "1s"
     honor_labels: bool = False
     """Keep the scraped series' own `job`, `instance`, `pod`... as a ServiceMonitor with
     `honorLabels: true` does."""
-    binary: str = "prometheus"
-    storage: Path | None = None
-    """An existing TSDB directory (e.g. backfilled blocks); a fresh temporary one otherwise."""
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     _workdir: tempfile.TemporaryDirectory | None = None
     _log: object | None = None
 
+    binary: ClassVar[str] = ""
+    ready_path: ClassVar[str] = "/-/ready"
+    missing: ClassVar[type[RuntimeError]] = RuntimeError
+    install_hint: ClassVar[str] = ""
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, ready_timeout: float = 30.0) -> "LocalPrometheus":
+    def command(self, binary: str, workdir: Path, config: Path) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, ready_timeout: float = 30.0):
         binary = shutil.which(self.binary)
         if binary is None:
-            raise PrometheusNotInstalled(
-                "prometheus is not on PATH; install Debian's `prometheus` package (make test does this as root)")
-        self._workdir = tempfile.TemporaryDirectory(prefix="gpu-balancer-prom-")
+            raise self.missing(f"{self.binary} is not on PATH; {self.install_hint}")
+        self._workdir = tempfile.TemporaryDirectory(prefix=f"gpu-balancer-{self.binary}-")
         workdir = Path(self._workdir.name)
-        (workdir / "prometheus.yml").write_text(scrape_config(self.targets, self.scrape_interval, self.honor_labels))
-        self._log = open(workdir / "prometheus.log", "wb")  # noqa: SIM115 - lives as long as the process
-        self.process = subprocess.Popen(
-            [binary, f"--config.file={workdir / 'prometheus.yml'}",
-             f"--storage.tsdb.path={self.storage or workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=self._log,
-        )
+        config = workdir / "scrape.yml"
+        config.write_text(scrape_config(self.targets, self.scrape_interval, self.honor_labels))
+        log = workdir / "server.log"
+        self._log = open(log, "wb")  # noqa: SIM115 - lives as long as the process
+        self.process = subprocess.Popen(self.command(binary, workdir, config), stdout=subprocess.DEVNULL,
+                                        stderr=self._log)
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {(workdir / 'prometheus.log').read_text()[-2000:]}")
+                raise RuntimeError(f"{self.binary} exited: {log.read_text()[-2000:]}")
             try:
-                if requests.get(f"{self.url}/-/ready", timeout=1).ok:
+                if requests.get(f"{self.url}{self.ready_path}", timeout=1).ok:
                     return self
             except requests.RequestException:
                 pass
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError("prometheus did not become ready in time")
+        raise RuntimeError(f"{self.binary} did not become ready in time")
 
     def wait_for(self, promql: str, *, at_least: int = 1, timeout: float = 60.0) -> list[dict]:
         """Poll until `promql` returns at least `at_least` series, i.e. the first scrapes landed."""
@@ -120,8 +124,24 @@ class LocalPrometheus:
             self._workdir.cleanup()
             self._workdir = None
 
-    def __enter__(self) -> "LocalPrometheus":
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@dataclass
+class LocalPrometheus(LocalTimeSeriesServer):
+    """Debian's Prometheus, with its own config and TSDB."""
+
+    storage: Path | None = None
+    """An existing TSDB directory (e.g. backfilled blocks); a fresh temporary one otherwise."""
+
+    binary = "prometheus"
+    missing = PrometheusNotInstalled
+    install_hint = "install Debian's `prometheus` package (make test does this as root)"
+
+    def command(self, binary: str, workdir: Path, config: Path) -> list[str]:
+        return [binary, f"--config.file={config}", f"--storage.tsdb.path={self.storage or workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]

@@ -204,30 +204,31 @@ def _integer(resource: str, amount: float) -> int:
     return round(amount * 1000) if resource == "cpu" else round(amount)
 
 
-def _least_allocated(node: NodeState, need: Counter, resources: tuple[str, ...]) -> int:
-    total = weight = 0
+def _allocation(node: NodeState, need: Counter, resources: tuple[str, ...], *,
+                non_zero: bool) -> list[tuple[int, int]]:
+    """(requested with the pod, allocatable) per scored resource, in the plugins' integer units;
+    an extended resource the pod does not ask for, or one the node lacks, is not scored."""
+    out = []
     for r in resources:
         if _extended(r) and need[r] == 0:
             continue
         capacity = _integer(r, node.allocatable.get(r, 0))
         if capacity == 0:
             continue
-        base = node.non_zero_requested if r in ("cpu", "memory") else node.requested
-        requested = _integer(r, base[r] + need[r])
-        total += 0 if requested > capacity else (capacity - requested) * MAX_SCORE // capacity
-        weight += 1
-    return total // weight if weight else 0
+        base = node.non_zero_requested if non_zero and r in ("cpu", "memory") else node.requested
+        out.append((_integer(r, base[r] + need[r]), capacity))
+    return out
+
+
+def _least_allocated(node: NodeState, need: Counter, resources: tuple[str, ...]) -> int:
+    scores = [0 if requested > capacity else (capacity - requested) * MAX_SCORE // capacity
+              for requested, capacity in _allocation(node, need, resources, non_zero=True)]
+    return sum(scores) // len(scores) if scores else 0
 
 
 def _balanced(node: NodeState, need: Counter, resources: tuple[str, ...]) -> int:
-    fractions = []
-    for r in resources:
-        if _extended(r) and need[r] == 0:
-            continue
-        capacity = _integer(r, node.allocatable.get(r, 0))
-        if capacity == 0:
-            continue
-        fractions.append(min(1.0, _integer(r, node.requested[r] + need[r]) / capacity))
+    fractions = [min(1.0, requested / capacity)
+                 for requested, capacity in _allocation(node, need, resources, non_zero=False)]
     if len(fractions) == 2:
         deviation = abs(fractions[0] - fractions[1]) / 2
     elif len(fractions) > 2:

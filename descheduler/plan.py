@@ -88,9 +88,10 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
     if not sources:
         notes.append("no node has been hot over the whole window")
     free = cluster.free()
+    source_names = {name for name, _ in sources}
     spare: dict[str, Counter] = {}
     for name, n in heat.items():
-        if n.tier <= Tier.WARM and n.gpu_util < policy.target_util_percent and name not in dict(sources):
+        if n.tier <= Tier.WARM and n.gpu_util < policy.target_util_percent and name not in source_names:
             node = cluster.nodes.get(name)
             if node is not None and not node.unschedulable:
                 spare[name] = Counter({r: c for r, c in free.get(name, Counter()).items() if c > 0})

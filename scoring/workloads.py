@@ -6,6 +6,8 @@ untrusted JSON: every accessor tolerates missing or mistyped fields.
 
 from __future__ import annotations
 
+import functools
+
 import math
 import re
 from collections.abc import Iterator
@@ -31,7 +33,13 @@ def parse_quantity(value: object) -> Decimal:
     """A Kubernetes resource quantity (string or number) as a Decimal."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise BadQuantity(f"quantity {value!r} is neither a number nor a string")
-    match = _QUANTITY.match(str(value).strip()) if len(str(value)) <= 64 else None
+    return _parse_text(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Decimal:
+    """Cached: a cluster's pods repeat a few quantities ("1", "8Gi") tens of thousands of times."""
+    match = _QUANTITY.match(value.strip()) if len(value) <= 64 else None
     if match is None:
         raise BadQuantity(f"quantity {str(value)[:40]!r} is not a Kubernetes quantity")
     try:
@@ -51,8 +59,10 @@ def as_list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+@functools.lru_cache(maxsize=4096)
 def is_gpu_resource(resource: str, patterns: tuple[str, ...]) -> bool:
-    """Whether `resource` is one of `patterns` (a trailing * matches a prefix)."""
+    """Whether `resource` is one of `patterns` (a trailing * matches a prefix). Cached: a fleet
+    has a handful of resource names, read for every container of every pod."""
     return any(resource.startswith(p[:-1]) if p.endswith("*") else resource == p for p in patterns)
 
 
@@ -78,29 +88,54 @@ def _is_whole_gpu(resource: str) -> bool:
     return "mig-" not in resource and not resource.endswith(".shared")
 
 
+def _container_gpus(container: object, patterns: tuple[str, ...]) -> dict[str, Decimal]:
+    """One container's GPU resources; a limit alone is the request (extended resources must have
+    requests equal to limits)."""
+    resources = container.get("resources") if isinstance(container, dict) else None
+    if not isinstance(resources, dict) or not resources:
+        return {}
+    out: dict[str, Decimal] = {}
+    for section in ("requests", "limits"):
+        wanted = resources.get(section)
+        if not isinstance(wanted, dict):
+            continue
+        for name, quantity in wanted.items():
+            if isinstance(name, str) and is_gpu_resource(name, patterns):
+                amount = parse_quantity(quantity)
+                if amount < 0 or amount > MAX_GPUS:
+                    raise BadQuantity(f"{name} quantity {quantity!r} is not a sane GPU count")
+                out[name] = max(out.get(name, Decimal(0)), amount)
+    return out
+
+
 def gpu_request(pod: dict[str, Any], policy: PlacementPolicy) -> GpuRequest | None:
-    """The pod's GPU needs, or None when it asks for no GPU resource. Raises `BadQuantity`."""
+    """The pod's GPU needs, or None when it asks for no GPU resource. Raises `BadQuantity`.
+
+    Counted as the scheduler counts a pod: app containers summed, sidecars (init containers with
+    `restartPolicy: Always`) added to them and to every later init container, and each ordinary
+    init container only raising the peak."""
     spec = as_dict(pod.get("spec"))
-    app: dict[str, Decimal] = {}
-    init: dict[str, Decimal] = {}
-    for key, totals in (("containers", app), ("initContainers", init)):
-        for container in _containers(spec, key):
-            resources = as_dict(container.get("resources"))
-            per_container: dict[str, Decimal] = {}
-            for section in ("requests", "limits"):
-                for name, quantity in as_dict(resources.get(section)).items():
-                    if isinstance(name, str) and is_gpu_resource(name, policy.gpu_resources):
-                        amount = parse_quantity(quantity)
-                        if amount < 0 or amount > MAX_GPUS:
-                            raise BadQuantity(f"{name} quantity {quantity!r} is not a sane GPU count")
-                        # Extended resources must have requests equal to limits; a limit alone is the request.
-                        per_container[name] = max(per_container.get(name, Decimal(0)), amount)
-            for name, amount in per_container.items():
-                totals[name] = totals.get(name, Decimal(0)) + amount if key == "containers" \
-                    else max(totals.get(name, Decimal(0)), amount)
-    if not app and not init:
+    patterns = policy.gpu_resources
+    total: dict[str, Decimal] = {}
+    for container in as_list(spec.get("containers")):
+        for name, amount in _container_gpus(container, patterns).items():
+            total[name] = total.get(name, Decimal(0)) + amount
+    sidecars: dict[str, Decimal] = {}
+    peak: dict[str, Decimal] = {}
+    for container in as_list(spec.get("initContainers")):
+        wanted = _container_gpus(container, patterns)
+        if as_dict(container).get("restartPolicy") == "Always":
+            for name, amount in wanted.items():
+                sidecars[name] = sidecars.get(name, Decimal(0)) + amount
+                total[name] = total.get(name, Decimal(0)) + amount
+            wanted = sidecars
+        else:
+            wanted = {n: wanted.get(n, Decimal(0)) + sidecars.get(n, Decimal(0)) for n in {*wanted, *sidecars}}
+        for name, amount in wanted.items():
+            peak[name] = max(peak.get(name, Decimal(0)), amount)
+    if not total and not peak:
         return None
-    units = {name: math.ceil(max(app.get(name, Decimal(0)), init.get(name, Decimal(0)))) for name in {*app, *init}}
+    units = {name: math.ceil(max(total.get(name, Decimal(0)), peak.get(name, Decimal(0)))) for name in {*total, *peak}}
     if any(count > MAX_GPUS for count in units.values()):
         raise BadQuantity(f"pod asks for {max(units.values())} units of a GPU resource")
     whole = sum(count for name, count in units.items() if _is_whole_gpu(name))

@@ -43,6 +43,16 @@ def test_app_containers_add_up_and_init_containers_take_the_maximum():
     assert gpu_request(pod, POLICY).whole_gpus == 3
 
 
+def test_sidecars_add_to_the_app_containers_and_to_later_init_containers():
+    pod = gpu_pod("2")
+    pod["spec"]["initContainers"] = [
+        {"name": "proxy", "restartPolicy": "Always", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+        {"name": "warm", "resources": {"limits": {"nvidia.com/gpu": "3"}}}]
+    assert gpu_request(pod, POLICY).whole_gpus == 4, "the warm-up runs beside the sidecar: 3 + 1"
+    pod["spec"]["initContainers"][1]["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    assert gpu_request(pod, POLICY).whole_gpus == 3, "app 2 + sidecar 1, not max(2, 1)"
+
+
 def test_a_pod_without_gpu_resources_is_not_a_gpu_pod():
     pod = gpu_pod("1", resource="cpu")
     assert gpu_request(pod, POLICY) is None

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from sim.report import COMPARED, LABELS, SHORT_NAMES  # noqa: E402
+from sim.report import LABELS, SHORT_NAMES  # noqa: E402
 from sim.run import HOT_UTIL, PolicyResult, weighted_quantile  # noqa: E402
 from sim.scenario import Scenario  # noqa: E402
 
@@ -85,7 +85,7 @@ def latency_tail(scenario: Scenario, seeds: list[int], by_seed: dict[int, dict[s
         axis.annotate(f"{p99:.0f} ms", (p99, 0.01), textcoords="offset points", xytext=(4, 6 + 9 * policies.index(name)),
                       fontsize=7, color=line.get_color())
     axis.axhline(0.01, color="grey", linestyle=":", linewidth=0.8)
-    axis.text(axis.get_xlim()[0] if xs else 1, 0.011, " p99", fontsize=7, color="grey")
+    axis.text(0.005, 0.011, "p99", fontsize=7, color="grey", transform=axis.get_yaxis_transform())
     axis.set_xscale("log")
     axis.set_yscale("log")
     axis.set_ylim(1e-4, 1)
@@ -133,4 +133,4 @@ def headline(scenario: Scenario, seeds: list[int], by_seed: dict[int, dict[str, 
     return figure
 
 
-__all__ = ["COMPARED", "HEADLINE", "events_of", "headline", "heatmap", "latency_tail", "per_seed_changes", "seeds_text"]
+__all__ = ["HEADLINE", "events_of", "headline", "heatmap", "latency_tail", "per_seed_changes", "seeds_text"]

@@ -16,35 +16,29 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# Debian's prometheus package, installed when missing and we are root; otherwise a clear stop.
+# $(call debian,COMMAND,WHEN-MISSING): install the Debian package COMMAND names when it is missing
+# and we are root; otherwise run WHEN-MISSING (a message, and `exit 1` where it is required).
+define debian
+	@command -v $(1) >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's $(1) package..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1) >/dev/null; \
+	  else \
+	    $(2); \
+	  fi; }
+endef
+
+# Required: tests and the demo start their own Prometheus on loopback.
 prometheus:
-	@command -v prometheus >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian's prometheus package..."; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
-	  else \
-	    echo "prometheus is not installed: run 'sudo apt-get install prometheus' (tests start their own on loopback)"; exit 1; \
-	  fi; }
+	$(call debian,prometheus,echo "prometheus is not installed: run 'sudo apt-get install prometheus'"; exit 1)
 
-# Debian's headless chromium, for the test that renders the simulation report; optional elsewhere.
+# Headless chromium renders the simulation report in a test; optional elsewhere.
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian's chromium package..."; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
-	  else \
-	    echo "chromium is not installed: the report-rendering test will be skipped ('sudo apt-get install chromium')"; \
-	  fi; }
+	$(call debian,chromium,echo "chromium is not installed: the report-rendering test is skipped")
 
-# Debian's single-node VictoriaMetrics, the second time-series backend the tests read through.
+# Single-node VictoriaMetrics, the second time-series backend the tests read through.
 victoria-metrics:
-	@command -v victoria-metrics >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian's victoria-metrics package..."; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends victoria-metrics >/dev/null; \
-	  else \
-	    echo "victoria-metrics is not installed: its tests will be skipped ('sudo apt-get install victoria-metrics')"; \
-	  fi; }
+	$(call debian,victoria-metrics,echo "victoria-metrics is not installed: its tests are skipped")
 
 demo: $(STAMP)
 	@$(MAKE) --no-print-directory prometheus || echo "(continuing without Prometheus)"

@@ -5,7 +5,7 @@ Prometheus scraping them, waits until every GPU is in, then times `read_snapshot
 and the webhook's `SnapshotReader` (the vanish look-back reused), and reports this process's peak
 RSS. Target (issue 2): 5,000 nodes × 8 GPUs refresh ≤ 2 s and ≤ 300 MB RSS.
 
-    .venv/bin/python bench/snapshot_scale.py [--nodes 5000] [--gpus 8] [--exporters 10] [--repeats 5]
+    .venv/bin/python bench/snapshot_scale.py [--nodes 5000] [--gpus 8] [--exporters 10] [--repeats 5] [--recorded]
 """
 
 from __future__ import annotations
@@ -15,15 +15,20 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
 
 from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget, free_port
 from scoring import dcgm
 from scoring.heat import fleet_heat
 from scoring.policy import default_policy
-from scoring.prometheus import SnapshotReader, connect, read_snapshot
+from scoring.prometheus import SnapshotReader, connect, read_snapshot, topology_keys
+from scoring.recording import NODE_UTIL, recording_rules, snapshot_record
 
 
 def start_exporters(nodes: int, gpus: int, exporters: int) -> tuple[list[subprocess.Popen], list[str]]:
@@ -50,17 +55,28 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--exporters", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--recorded", action="store_true",
+                        help="load the policy's recording rules into Prometheus and read through them")
     args = parser.parse_args()
     total_gpus = (args.nodes // args.exporters) * args.exporters * args.gpus
 
     processes, addresses = start_exporters(args.nodes, args.gpus, args.exporters)
-    prometheus = LocalPrometheus([ScrapeTarget(a) for a in addresses], scrape_interval="15s")
+    rules = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115
+    rules.write(yaml.safe_dump(recording_rules(default_policy(), topology_keys(default_policy()))))
+    rules.close()
+    prometheus = LocalPrometheus([ScrapeTarget(a) for a in addresses], scrape_interval="15s",
+                                 rule_files=(Path(rules.name),) if args.recorded else ())
     try:
         prometheus.start()
         started = time.monotonic()
         prometheus.wait_for(f"count({dcgm.GR_ENGINE_ACTIVE}) == {total_gpus}", timeout=300)
+        if args.recorded:  # the first evaluation after every GPU is in
+            prometheus.wait_for(f"count({snapshot_record('gpu_engine_active')}) == {total_gpus}", timeout=300)
+            prometheus.wait_for(f"{NODE_UTIL}", at_least=args.nodes // args.exporters * args.exporters, timeout=300)
+            prometheus.wait_for(snapshot_record("newest_sample"), timeout=300)
         print(f"fleet: {args.nodes} nodes x {args.gpus} GPUs = {total_gpus} GPUs from {args.exporters} exporters, "
-              f"in Prometheus after {time.monotonic() - started:.1f}s")
+              f"in Prometheus after {time.monotonic() - started:.1f}s; read through "
+              f"{'recording rules' if args.recorded else 'raw queries'}")
         policy = default_policy()
         policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus.url, timeout_seconds=30))
         query = connect(policy.prometheus)
@@ -69,6 +85,7 @@ def main() -> None:
         for _ in range(args.repeats):
             begin, cpu_begin = time.perf_counter(), time.process_time()
             snapshot = read_snapshot(query, policy)
+            assert snapshot.source == ("recording rules" if args.recorded else "raw queries"), snapshot.source
             timings.append(time.perf_counter() - begin)
             cpu_timings.append(time.process_time() - cpu_begin)
         # The webhook's reader: the look-back for vanished GPUs runs once a minute, so most of its
@@ -104,6 +121,7 @@ def main() -> None:
         print(f"peak RSS of the refreshing process: {rss_peak:.0f} MB (before refreshes {rss_before:.0f} MB; "
               f"target <= 300 MB)")
     finally:
+        Path(rules.name).unlink(missing_ok=True)
         prometheus.stop()
         for process in processes:
             process.terminate()

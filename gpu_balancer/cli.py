@@ -174,15 +174,34 @@ def cmd_status(args: argparse.Namespace) -> int:
     last_run = _descheduler_last_run(args, policy)
     if args.output == "json":
         document = json.loads(heat_as_json(fleet, snapshot.warnings))
+        document["read_through"] = snapshot.source
         if last_run is not None:
             document["descheduler_last_run"] = json.loads(last_run.to_json())
         print(json.dumps(document, indent=2))
     else:
         print(heat_as_table(fleet, colour=_wants_colour(sys.stdout)))
+        print(f"read through {snapshot.source}" + ("" if snapshot.source == "recording rules" else
+              " (no recording rules for this policy found; `gpu-balancer recording-rules` prints them)"))
         if last_run is not None:
             print(f"descheduler, last run: {last_run.line()}")
         for warning in snapshot.warnings:
             print(f"warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def cmd_recording_rules(args: argparse.Namespace) -> int:
+    import yaml
+
+    from scoring.prometheus import topology_keys
+    from scoring.recording import recording_rules
+
+    policy = load_policy(args.config, reads_prometheus=False)
+    rules = recording_rules(policy, topology_keys(policy))
+    if args.format == "prometheusrule":
+        rules = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+                 "metadata": {"name": "gpu-balancer-recording"}, "spec": rules}
+    print("# gpu-balancer recording rules, generated from the policy (`gpu-balancer recording-rules`)")
+    print(yaml.safe_dump(rules, sort_keys=False, width=1000), end="")
     return 0
 
 
@@ -528,6 +547,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--kubeconfig", help="also show the descheduler's last run, read from its ledger "
                                              "ConfigMap (default: in cluster or $KUBECONFIG when set)")
     status.set_defaults(handler=cmd_status)
+
+    rules = commands.add_parser("recording-rules", help="print the Prometheus recording rules for this policy")
+    rules.add_argument("--config", help="BalancerPolicy YAML file")
+    rules.add_argument("--format", choices=("rules", "prometheusrule"), default="rules",
+                       help="a rule file, or a PrometheusRule for the Prometheus Operator")
+    rules.set_defaults(handler=cmd_recording_rules)
 
     fake = commands.add_parser("fake-dcgm", help="serve a synthetic fleet as dcgm-exporter metrics")
     fake.add_argument("--nodes", type=count(1, 20000), default=8)

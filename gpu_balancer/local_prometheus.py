@@ -33,10 +33,12 @@ class ScrapeTarget:
     """Target labels, e.g. the `pod`/`namespace` a ServiceMonitor would attach."""
 
 
-def scrape_config(targets: list[ScrapeTarget], interval: str, honor_labels: bool) -> str:
+def scrape_config(targets: list[ScrapeTarget], interval: str, honor_labels: bool,
+                  rule_files: tuple[Path, ...] = ()) -> str:
     """The Prometheus-format scrape configuration (VictoriaMetrics reads the same file)."""
     return yaml.safe_dump({
-        "global": {"scrape_interval": interval, "scrape_timeout": interval},
+        "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
+        **({"rule_files": [str(path) for path in rule_files]} if rule_files else {}),
         "scrape_configs": [{
             "job_name": "dcgm",
             "honor_labels": honor_labels,
@@ -55,6 +57,8 @@ class LocalTimeSeriesServer:
     honor_labels: bool = False
     """Keep the scraped series' own `job`, `instance`, `pod`... as a ServiceMonitor with
     `honorLabels: true` does."""
+    rule_files: tuple[Path, ...] = ()
+    """Recording or alerting rule files to load (Prometheus only)."""
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     _workdir: tempfile.TemporaryDirectory | None = None
@@ -79,7 +83,7 @@ class LocalTimeSeriesServer:
         self._workdir = tempfile.TemporaryDirectory(prefix=f"gpu-balancer-{self.binary}-")
         workdir = Path(self._workdir.name)
         config = workdir / "scrape.yml"
-        config.write_text(scrape_config(self.targets, self.scrape_interval, self.honor_labels))
+        config.write_text(scrape_config(self.targets, self.scrape_interval, self.honor_labels, self.rule_files))
         log = workdir / "server.log"
         self._log = open(log, "wb")  # noqa: SIM115 - lives as long as the process
         self.process = subprocess.Popen(self.command(binary, workdir, config), stdout=subprocess.DEVNULL,

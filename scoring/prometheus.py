@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,7 +19,7 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from scoring import dcgm
+from scoring import dcgm, recording
 from scoring.policy import BalancerPolicy, PrometheusConnection
 from scoring.series import Series, build_snapshot, detect_node_label, ksm_label_name
 from scoring.telemetry import ClusterSnapshot
@@ -178,12 +178,13 @@ def topology_keys(policy: BalancerPolicy) -> tuple[str, ...]:
 
 def read_snapshot(query: QueryFn, policy: BalancerPolicy, *,
                   now: Callable[[], datetime] | None = None) -> ClusterSnapshot:
-    """Run the snapshot queries and build a `ClusterSnapshot`."""
-    return _read(query, policy, now=now, seen_recently=None)[0]
+    """Run the snapshot queries (recorded ones where Prometheus has this policy's recording
+    rules) and build a `ClusterSnapshot`."""
+    return _read(query, policy, now=now, seen_recently=None, recorded=recorded_fingerprint(query, policy))[0]
 
 
 def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime] | None,
-          seen_recently: Sequence[Series] | None) -> tuple[ClusterSnapshot, Sequence[Series]]:
+          seen_recently: Sequence[Series] | None, recorded: str | None) -> tuple[ClusterSnapshot, Sequence[Series]]:
     """The snapshot and the look-back answer it used: `seen_recently` when given (that query
     then does not run), else Prometheus' fresh one."""
     clock = now or (lambda: datetime.now(timezone.utc))
@@ -192,6 +193,8 @@ def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime]
     queries = snapshot_queries(policy.prometheus.selector_matchers,
                                lookback_seconds=policy.telemetry.vanish_lookback_seconds,
                                use_profiling_metrics=policy.telemetry.use_profiling_metrics, topology_keys=keys)
+    if recorded:
+        queries = {name: recording.recorded_query(name, expr, recorded) for name, expr in queries.items()}
     if seen_recently is not None:
         del queries["seen_recently"]
     # All queries at once: a refresh then costs one round trip, and a silent Prometheus one timeout.
@@ -216,7 +219,7 @@ def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime]
         topology_keys=keys,
         newest_sample_at=datetime.fromtimestamp(newest[0].value, tz=timezone.utc) if newest else None,
     )
-    return snapshot, seen_recently
+    return replace(snapshot, source="recording rules" if recorded else "raw queries"), seen_recently
 
 
 class SnapshotReader:
@@ -231,13 +234,16 @@ class SnapshotReader:
         self._monotonic = monotonic
         self._seen_recently: list[Series] | None = None
         self._checked_at = 0.0
+        self._recorded: str | None = None
 
     def __call__(self) -> ClusterSnapshot:
         started = self._monotonic()
         reuse = (self._seen_recently is not None
                  and started - self._checked_at < self._policy.telemetry.vanish_check_seconds)
+        if not reuse:  # look for recording rules as often as for vanished GPUs
+            self._recorded = recorded_fingerprint(self._query, self._policy)
         snapshot, seen = _read(self._query, self._policy, now=None,
-                               seen_recently=self._seen_recently if reuse else None)
+                               seen_recently=self._seen_recently if reuse else None, recorded=self._recorded)
         if not reuse:
             self._seen_recently, self._checked_at = list(seen), started
         return snapshot
@@ -254,17 +260,34 @@ class WindowStats:
     """Share of the window's steps with a sample, 0–1."""
 
 
-def window_queries(matchers: str, *, window_seconds: float, step_seconds: float, quantile: float,
-                   use_profiling_metrics: bool) -> dict[str, str]:
-    """Per-node utilisation over the window, as subqueries over the per-node mean."""
+def per_node_util(matchers: str, use_profiling_metrics: bool) -> str:
+    """Mean GPU utilisation per node, 0–100: what the descheduler's window is made of."""
     util = selector(dcgm.GPU_UTIL, matchers)
     if use_profiling_metrics:
         engine = selector(dcgm.GR_ENGINE_ACTIVE, matchers)
         util = f"((100 * {engine}) or on ({_NODE}, gpu, GPU_I_ID) {util})"
-    per_node = f"avg by ({_NODE}) (clamp({util}, 0, 100))"
-    subquery = f"({per_node})[{int(window_seconds)}s:{int(step_seconds)}s]"
-    return {"mean": f"avg_over_time({subquery})", "low": f"quantile_over_time({quantile:g}, {subquery})",
-            "samples": f"count_over_time({subquery})"}
+    return f"avg by ({_NODE}) (clamp({util}, 0, 100))"
+
+
+def window_queries(matchers: str, *, window_seconds: float, step_seconds: float, quantile: float,
+                   use_profiling_metrics: bool, recorded: str | None = None) -> dict[str, str]:
+    """Per-node utilisation over the window: subqueries over the per-node mean, or, with
+    recording rules (`recorded` is their fingerprint), the recorded per-node series itself."""
+    if recorded:
+        series = f'{recording.NODE_UTIL}{{{recording.FINGERPRINT_LABEL}="{recorded}"}}[{int(window_seconds)}s]'
+    else:
+        series = f"({per_node_util(matchers, use_profiling_metrics)})[{int(window_seconds)}s:{int(step_seconds)}s]"
+    return {"mean": f"avg_over_time({series})", "low": f"quantile_over_time({quantile:g}, {series})",
+            "samples": f"count_over_time({series})"}
+
+
+def recorded_fingerprint(query: QueryFn, policy: BalancerPolicy) -> str | None:
+    """This policy's fingerprint when Prometheus holds recording rules generated for it, else None
+    (no rules, or rules generated for another selector, gauge or look-back)."""
+    ours = recording.fingerprint(policy, topology_keys(policy))
+    rows = query(f"count by ({recording.FINGERPRINT_LABEL}) ({recording.snapshot_record('newest_sample')})")
+    present = {row.get("metric", {}).get(recording.FINGERPRINT_LABEL) for row in rows}
+    return ours if ours in present else None
 
 
 def read_window(query: QueryFn, policy: BalancerPolicy) -> dict[str, WindowStats]:
@@ -272,7 +295,8 @@ def read_window(query: QueryFn, policy: BalancerPolicy) -> dict[str, WindowStats
     d = policy.descheduler
     queries = window_queries(policy.prometheus.selector_matchers, window_seconds=d.window_seconds,
                              step_seconds=d.step_seconds, quantile=d.low_quantile,
-                             use_profiling_metrics=policy.telemetry.use_profiling_metrics)
+                             use_profiling_metrics=policy.telemetry.use_profiling_metrics,
+                             recorded=recorded_fingerprint(query, policy))
     answers = {name: _series(query(promql)) for name, promql in queries.items()}
     label = detect_node_label(answers["mean"], policy.telemetry.node_label)
     steps = d.window_seconds / d.step_seconds

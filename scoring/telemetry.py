@@ -113,6 +113,8 @@ class ClusterSnapshot:
     """Nodes that reported GPUs within the look-back window but report none now."""
     newest_sample_at: datetime | None = None
     warnings: tuple[str, ...] = ()
+    source: str = "raw queries"
+    """How Prometheus was read: "raw queries" or "recording rules" (`scoring.recording`)."""
 
     @cached_property
     def by_name(self) -> dict[str, NodeTelemetry]:

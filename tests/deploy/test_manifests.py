@@ -255,9 +255,11 @@ def test_the_readmes_prometheus_token_and_ca_paths_are_mounted_where_the_policy_
         assert volumes[mounts[os.path.dirname(connection.ca_file)]]["configMap"]["optional"] is True
 
 
-def test_the_servicemonitor_component_ships_the_alert_rules_as_a_prometheusrule(everything):
-    (rule,) = find(everything, "PrometheusRule")
-    assert rule["spec"] == yaml.safe_load((DEPLOY / "monitoring" / "alerts.rules.yaml").read_text())
+def test_the_servicemonitor_component_ships_the_alert_and_recording_rules_as_prometheusrules(everything):
+    (alerts,) = find(everything, "PrometheusRule", "gpu-balancer")
+    assert alerts["spec"] == yaml.safe_load((DEPLOY / "monitoring" / "alerts.rules.yaml").read_text())
+    (recording,) = find(everything, "PrometheusRule", "gpu-balancer-recording")
+    assert recording["spec"] == yaml.safe_load((DEPLOY / "monitoring" / "recording.rules.yaml").read_text())
 
 
 def test_the_nvml_exporter_is_scraped_without_its_own_pod_as_a_workload(everything):

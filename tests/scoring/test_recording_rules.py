@@ -1,0 +1,82 @@
+"""Recording rules: generated from the policy, shipped in sync, valid for promtool, and read back
+through a real Prometheus into the same snapshot and window as the raw queries."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
+from scoring import dcgm, recording
+from scoring.policy import default_policy
+from scoring.prometheus import connect, read_snapshot, read_window, recorded_fingerprint, topology_keys
+from sim.fleet import FleetSpec
+from tests.conftest import _require_prometheus
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+SPEC = FleetSpec(nodes=6, gpus_per_node=4, profile="skewed", seed=5)
+
+
+def generated(*args: str) -> str:
+    return subprocess.run([sys.executable, "-m", "gpu_balancer", "recording-rules", *args], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_the_shipped_rules_are_the_default_policys_and_load_in_promtool():
+    # The shipped rules are the shipped policy's: generated from deploy/base/policy.yaml.
+    assert (DEPLOY / "monitoring" / "recording.rules.yaml").read_text() == generated("--config", str(DEPLOY / "base" / "policy.yaml"))
+    shipped = yaml.safe_load((DEPLOY / "components" / "servicemonitor" / "prometheusrule-recording.yaml").read_text())
+    assert shipped["kind"] == "PrometheusRule" and shipped["spec"] == yaml.safe_load(generated())
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool comes with Debian's prometheus package")
+    result = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "monitoring" / "recording.rules.yaml")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_fingerprint_follows_what_the_rules_bake_in():
+    policy = default_policy()
+    keys = topology_keys(policy)
+    other = replace(policy, prometheus=replace(policy.prometheus, series_selector='{cluster="prod"}'))
+    assert recording.fingerprint(policy, keys) != recording.fingerprint(other, topology_keys(other))
+    profiling = replace(policy, telemetry=replace(policy.telemetry,
+                                                  use_profiling_metrics=not policy.telemetry.use_profiling_metrics))
+    assert recording.fingerprint(policy, keys) != recording.fingerprint(profiling, keys)
+
+
+def test_recorded_and_raw_reads_give_the_same_snapshot_and_window(fake_dcgm, tmp_path):
+    _require_prometheus()
+    policy = default_policy()
+    policy = replace(policy, descheduler=replace(policy.descheduler, window_seconds=60.0, step_seconds=1.0))
+    rules = recording.recording_rules(policy, topology_keys(policy))
+    for group in rules["groups"]:
+        group["interval"] = "1s"  # evaluated every second here, so a test need not wait 15
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(rules))
+    target = ScrapeTarget(fake_dcgm(SPEC, profiling=policy.telemetry.use_profiling_metrics))
+    with LocalPrometheus([target]) as raw, LocalPrometheus([target], rule_files=(path,)) as ruled:
+        raw.wait_for(dcgm.FB_USED, at_least=SPEC.nodes * SPEC.gpus_per_node)
+        ruled.wait_for(recording.snapshot_record("newest_sample"))
+        ruled.wait_for(recording.NODE_UTIL, at_least=SPEC.nodes)
+        time.sleep(3)  # a few evaluations and scrapes in both
+        reads = {}
+        for name, prom in (("raw", raw), ("recorded", ruled)):
+            configured = replace(policy, prometheus=replace(policy.prometheus, url=prom.url))
+            query = connect(configured.prometheus)
+            reads[name] = (read_snapshot(query, configured), read_window(query, configured),
+                           recorded_fingerprint(query, configured))
+    (raw_snapshot, raw_window, none), (rec_snapshot, rec_window, fingerprint) = reads["raw"], reads["recorded"]
+    assert none is None and fingerprint == recording.fingerprint(policy, topology_keys(policy))
+    assert raw_snapshot.source == "raw queries" and rec_snapshot.source == "recording rules"
+    assert [asdict(n) for n in rec_snapshot.nodes] == [asdict(n) for n in raw_snapshot.nodes]
+    assert rec_snapshot.vanished_nodes == raw_snapshot.vanished_nodes
+    assert set(rec_window) == set(raw_window) == {n.name for n in raw_snapshot.nodes}
+    for node, stats in raw_window.items():
+        assert rec_window[node].mean == pytest.approx(stats.mean) and rec_window[node].low == pytest.approx(stats.low)

@@ -37,7 +37,9 @@ def scrape_config(targets: list[ScrapeTarget], interval: str, honor_labels: bool
                   rule_files: tuple[Path, ...] = ()) -> str:
     """The Prometheus-format scrape configuration (VictoriaMetrics reads the same file)."""
     return yaml.safe_dump({
-        "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
+        # VictoriaMetrics refuses unknown fields, so rule settings appear only with rule files.
+        "global": {"scrape_interval": interval, "scrape_timeout": interval,
+                   **({"evaluation_interval": interval} if rule_files else {})},
         **({"rule_files": [str(path) for path in rule_files]} if rule_files else {}),
         "scrape_configs": [{
             "job_name": "dcgm",

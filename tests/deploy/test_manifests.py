@@ -201,10 +201,11 @@ def test_the_live_overlay_of_the_install_guide_turns_the_descheduler_live(tmp_pa
     assert cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--live"
 
 
-def test_the_alert_rules_load_in_promtool():
+@pytest.mark.parametrize("rules", ["alerts.rules.yaml", "recording.rules.yaml"])
+def test_the_rule_files_load_in_promtool(rules):
     if shutil.which("promtool") is None:
         pytest.skip("promtool comes with Debian's prometheus package")
-    result = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "monitoring" / "alerts.rules.yaml")],
+    result = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "monitoring" / rules)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -3,7 +3,6 @@ through a real Prometheus into the same snapshot and window as the raw queries."
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
@@ -29,16 +28,12 @@ def generated(*args: str) -> str:
                           text=True, check=True).stdout
 
 
-def test_the_shipped_rules_are_the_default_policys_and_load_in_promtool():
+def test_the_shipped_rules_are_the_shipped_policys():
     # The shipped rules are the shipped policy's: generated from deploy/base/policy.yaml.
     assert (DEPLOY / "monitoring" / "recording.rules.yaml").read_text() == generated("--config", str(DEPLOY / "base" / "policy.yaml"))
     shipped = yaml.safe_load((DEPLOY / "components" / "servicemonitor" / "prometheusrule-recording.yaml").read_text())
     assert shipped["kind"] == "PrometheusRule" and shipped["spec"] == yaml.safe_load(generated())
-    if shutil.which("promtool") is None:
-        pytest.skip("promtool comes with Debian's prometheus package")
-    result = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "monitoring" / "recording.rules.yaml")],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
+    # promtool checks the file with the alert rules (tests/deploy/test_manifests.py).
 
 
 def test_the_fingerprint_follows_what_the_rules_bake_in():

@@ -96,7 +96,9 @@ def with_one_xid(samples: list[GpuSample]) -> tuple[list[GpuSample], str]:
 class Telemetry:
     read: object
     query: object | None
-    prometheus_url: str | None
+    """None without Prometheus: nothing to run the descheduler's windowed queries against."""
+    policy: BalancerPolicy
+    """The policy, pointed at the local Prometheus when there is one."""
 
 
 @contextmanager
@@ -111,17 +113,17 @@ def serve_telemetry(stack: ExitStack, body: str, policy: BalancerPolicy, expecte
         prometheus = stack.enter_context(LocalPrometheus([ScrapeTarget(f"127.0.0.1:{exporter.server_port}")],
                                                          storage=storage if history else None))
         prometheus.wait_for(dcgm.FB_USED, at_least=expected)
-        query = connect(replace(policy.prometheus, url=prometheus.url))
         policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus.url))
+        query = connect(policy.prometheus)
         print(f"   fake-dcgm serves it on http://127.0.0.1:{exporter.server_port}/metrics;\n   a real Prometheus "
               f"scrapes it at {prometheus.url}" + (", with 15 minutes of backfilled history" if history else ""))
-        yield Telemetry(SnapshotReader(query, policy), query, prometheus.url)
+        yield Telemetry(SnapshotReader(query, policy), query, policy)
     except PrometheusNotInstalled:
         readings = series_from_families(text_string_to_metric_families(body))
         print("   Prometheus is not installed here: telemetry is read straight from fake-dcgm's text "
               "(no history, so the descheduler step is skipped)")
         yield Telemetry(lambda: snapshot_from_readings(readings, taken_at=datetime.now(timezone.utc),
-                                                       newest_sample_at=datetime.now(timezone.utc)), None, None)
+                                                       newest_sample_at=datetime.now(timezone.utc)), None, policy)
 
 
 def fleet_summary(world: World) -> dict[str, float]:
@@ -168,8 +170,7 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 12,
     body = render_exposition(samples, profiling=True)
     with ExitStack() as stack:
         telemetry = stack.enter_context(serve_telemetry(stack, body, policy, nodes * gpus))
-        if telemetry.prometheus_url:
-            policy = replace(policy, prometheus=replace(policy.prometheus, url=telemetry.prometheus_url))
+        policy = telemetry.policy
         fleet = fleet_heat(telemetry.read(), policy.heat, now=datetime.now(timezone.utc),
                            staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
         print("   `gpu-balancer status` shows:\n")

@@ -160,11 +160,6 @@ def connect(connection: PrometheusConnection) -> QueryFn:
     return query
 
 
-def _short(error: Exception) -> str:
-    text = str(error)
-    return text if len(text) < 200 else text[:200] + "…"
-
-
 def _series(result: Sequence[dict]) -> list[Series]:
     return [Series(row["metric"], float(row["value"][1])) for row in result]
 

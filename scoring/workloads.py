@@ -7,10 +7,8 @@ untrusted JSON: every accessor tolerates missing or mistyped fields.
 from __future__ import annotations
 
 import functools
-
 import math
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -74,14 +72,7 @@ class GpuRequest:
     """Whole `nvidia.com/gpu`-style GPUs needed on one node. 0 for shared/MIG only."""
     units: tuple[tuple[str, int], ...] = ()
     """(resource, units needed on one node) for every GPU resource asked for in a positive amount,
-    counted as the scheduler counts them: the larger of the app containers' sum and any one init
-    container."""
-
-
-def _containers(spec: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
-    for container in as_list(spec.get(key)):
-        if isinstance(container, dict):
-            yield container
+    counted as the scheduler counts them (`gpu_request`)."""
 
 
 def _is_whole_gpu(resource: str) -> bool:

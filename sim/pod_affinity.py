@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from scoring.workloads import as_dict, as_list
@@ -93,8 +94,11 @@ class InterPodAffinity:
         self.own_namespace_labels = namespace_labels.get(namespace_of(pod), {})
         self.terms = terms_of(pod, lambda selector: {n for n, labels in namespace_labels.items() if selector(labels)})
 
-    def _existing(self) -> list[tuple[NodeState, PodTerms]]:
-        return [(node, terms_of(p)) for node in self.nodes for p in node.affinity_pods.values()]
+    @cached_property
+    def _existing(self) -> dict[tuple[str, str], tuple[NodeState, PodTerms]]:
+        """(node name, pod key) → the node and the terms of each existing pod that has any,
+        parsed once for the filter and the score alike."""
+        return {(node.name, key): (node, terms_of(p)) for node in self.nodes for key, p in node.affinity_pods.items()}
 
     def filter(self) -> Callable[[NodeState], str | None]:
         """A function naming why a node fails (None: it passes)."""
@@ -110,7 +114,7 @@ class InterPodAffinity:
                                         if t.key in node.labels)
                     anti.update((t.key, node.labels[t.key]) for t in terms.required_anti
                                 if t.key in node.labels and t.matches(p, None))
-        for node, theirs in self._existing():
+        for node, theirs in self._existing.values():
             existing_anti.update((t.key, node.labels[t.key]) for t in theirs.required_anti
                                  if t.key in node.labels and t.matches(self.pod, self.own_namespace_labels))
         first_of_group = not affinity and all(t.matches(self.pod, None) for t in terms.required_affinity)
@@ -141,16 +145,16 @@ class InterPodAffinity:
         for node in self.nodes:
             if not node.labels:
                 continue
-            for p in (node.pods.values() if preferred else node.affinity_pods.values()):
+            for key, p in (node.pods.items() if preferred else node.affinity_pods.items()):
                 for t in terms.preferred_affinity:
                     if t.matches(p, None):
                         add(t, node, t.weight)
                 for t in terms.preferred_anti:
                     if t.matches(p, None):
                         add(t, node, -t.weight)
-                if not has_pod_affinity(p):
+                if (node.name, key) not in self._existing:
                     continue
-                theirs = terms_of(p)
+                _, theirs = self._existing[(node.name, key)]
                 for t in theirs.required_affinity:
                     if t.matches(self.pod, self.own_namespace_labels):
                         add(t, node, HARD_POD_AFFINITY_WEIGHT)

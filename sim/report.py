@@ -51,6 +51,17 @@ def _value(metric: str, value: float) -> str:
     return FORMATS.get(metric, "{:.2f}").format(value)
 
 
+def figures_of(summary: dict[str, dict[str, dict]], policy: str, metric: str
+               ) -> tuple[str, float | None, str, str] | None:
+    """One cell's figures as text: the mean, its change against stock (a fraction, for the
+    compared metrics), the lowest and the highest seed; None when the policy lacks the metric."""
+    value = summary[policy].get(metric)
+    if value is None:
+        return None
+    change = change_against_stock(summary, policy, metric) if metric in COMPARED else None
+    return _value(metric, value["mean"]), change, _value(metric, value["min"]), _value(metric, value["max"])
+
+
 def as_table(scenario: str, seeds: list[int], summary: dict[str, dict[str, dict]]) -> str:
     """Rows of metrics, columns of policies; with several seeds a second line gives the range."""
     policies = list(summary)
@@ -65,14 +76,14 @@ def as_table(scenario: str, seeds: list[int], summary: dict[str, dict[str, dict]
     for metric in shown:
         first, second = [], []
         for policy in policies:
-            value = summary[policy].get(metric)
-            if value is None:
+            figures = figures_of(summary, policy, metric)
+            if figures is None:
                 first.append("n/a")
                 second.append("")
                 continue
-            change = change_against_stock(summary, policy, metric) if metric in COMPARED else None
-            first.append(_value(metric, value["mean"]) + (f" {change * 100:+.0f}%" if change is not None else ""))
-            second.append(f"{_value(metric, value['min'])}..{_value(metric, value['max'])}")
+            mean, change, low, high = figures
+            first.append(mean + (f" {change * 100:+.0f}%" if change is not None else ""))
+            second.append(f"{low}..{high}")
         lines.append(LABELS.get(metric, (metric,))[0].ljust(label_width) + "".join(c.ljust(cell) for c in first))
         if several:
             lines.append("".ljust(label_width) + "".join(c.ljust(cell) for c in second))

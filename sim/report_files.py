@@ -9,10 +9,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from sim import report_figures as figures
-from sim.report import COMPARED, FORMATS, LABELS, as_table, columns
+from sim.report import LABELS, as_table, columns, figures_of
 from sim.run import PolicyResult
 from sim.scenario import Scenario
-from sim.seeds import aggregate, change_against_stock
+from sim.seeds import aggregate
 
 PICTURES = (("headline.png", "Change against the stock scheduler"),
             ("node-utilisation.png", "GPU utilisation per node over time"),
@@ -42,19 +42,14 @@ def write_report(directory: Path, scenario: Scenario, by_seed: dict[int, dict[st
 
 def _cells(summary: dict[str, dict[str, dict]], metric: str, several: bool) -> list[str]:
     out = []
-    fmt = FORMATS.get(metric, "{:.2f}")
-    for policy, metrics in summary.items():
-        value = metrics.get(metric)
-        if value is None:
+    for policy in summary:
+        figures = figures_of(summary, policy, metric)
+        if figures is None:
             out.append("n/a")
             continue
-        text = fmt.format(value["mean"])
-        change = change_against_stock(summary, policy, metric) if metric in COMPARED else None
-        if change is not None:
-            text += f" ({change * 100:+.0f} %)"
-        if several:
-            text += f"<br><small>{fmt.format(value['min'])} … {fmt.format(value['max'])}</small>"
-        out.append(text)
+        mean, change, low, high = figures
+        text = mean + (f" ({change * 100:+.0f} %)" if change is not None else "")
+        out.append(text + (f"<br><small>{low} … {high}</small>" if several else ""))
     return out
 
 

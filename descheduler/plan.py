@@ -1,7 +1,10 @@
 """Eviction planning: which pods leave which sustained-hot nodes, within limits. Pure, no I/O.
 
 A node is a source only when it is hot now *and* has been over the window (mean and a low
-quantile, with enough samples): a spike of seconds never triggers an eviction. A pod is evicted
+quantile, with enough samples): a spike of seconds never triggers an eviction. The serving signal
+makes a node a source the same way: hot now for `slow-serving`, and a replica on it whose latency
+or queue stayed over target for the window (its low quantile); from such a node the replica that
+misses its target most moves, one per run. A pod is evicted
 only when a cool node that the pod could be scheduled on (its selector, affinity, tolerations:
 `scoring.feasibility`) has free GPUs of the kind it needs; that capacity is reserved as the plan
 is built, so one cool node is not promised twice.
@@ -22,6 +25,7 @@ from scoring.feasibility import why_infeasible
 from scoring.heat import FleetHeat, Tier
 from scoring.policy import DeschedulerPolicy
 from scoring.prometheus import WindowStats
+from scoring.serving import ServingReplica, SustainedServing
 from scoring.telemetry import ClusterSnapshot
 
 
@@ -66,6 +70,20 @@ def sustained_hot(name: str, stats: WindowStats | None, policy: DeschedulerPolic
     return None
 
 
+def sustained_slow_serving(replicas: tuple[ServingReplica, ...], stats: Mapping[tuple[str, str], SustainedServing],
+                           policy: DeschedulerPolicy) -> tuple[str | None, tuple[ServingReplica, ...]]:
+    """Why the node counts as sustained slow-serving (or None), and its replicas over target for
+    the window, the one missing its target most first."""
+    over = tuple(r for r in replicas if r.node_bound and (s := stats.get((r.namespace, r.pod))) is not None
+                 and s.coverage >= policy.min_window_coverage and s.pressure_low >= 1.0)
+    if not over:
+        return None, ()
+    over = tuple(sorted(over, key=lambda r: (-r.pressure, r.namespace, r.pod)))
+    low = stats[over[0].namespace, over[0].pod].pressure_low
+    return (f"slow-serving: {over[0].describe()}; over target for {policy.window_seconds / 60:.0f} min "
+            f"(low quantile {low:.0%} of target)"), over
+
+
 def _contribution(snapshot: ClusterSnapshot, pod: PodInfo) -> float:
     """Points of node mean utilisation this pod's GPUs account for (0 when not measured)."""
     node = snapshot.by_name.get(pod.node)
@@ -78,12 +96,24 @@ def _contribution(snapshot: ClusterSnapshot, pod: PodInfo) -> float:
 
 
 def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mapping[str, WindowStats],
-                   cluster: Cluster, ledger: LedgerState, policy: DeschedulerPolicy, now: datetime) -> Plan:
+                   cluster: Cluster, ledger: LedgerState, policy: DeschedulerPolicy, now: datetime,
+                   serving_window: Mapping[tuple[str, str], SustainedServing] | None = None) -> Plan:
     heat = {n.name: n for n in fleet.nodes}
+    serving_window = serving_window or {}
     sources = sorted(
         ((name, reason) for name, n in heat.items()
          if n.tier is Tier.HOT and (reason := sustained_hot(name, window.get(name), policy))),
         key=lambda item: -window[item[0]].mean)
+    # Nodes hot on their serving figures alone come after those hot on utilisation.
+    slow: dict[str, tuple[ServingReplica, ...]] = {}
+    by_pressure = []
+    for name, n in heat.items():
+        if n.tier is Tier.HOT and n.slow_serving and name not in dict(sources) and (node := snapshot.by_name.get(name)):
+            reason, over = sustained_slow_serving(node.serving, serving_window, policy)
+            if reason:
+                slow[name] = over
+                by_pressure.append((name, reason))
+    sources += sorted(by_pressure, key=lambda item: (-slow[item[0]][0].pressure, item[0]))
     notes: list[str] = []
     if not sources:
         notes.append("no node has been hot over the whole window")
@@ -91,7 +121,8 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
     source_names = {name for name, _ in sources}
     spare: dict[str, Counter] = {}
     for name, n in heat.items():
-        if n.tier <= Tier.WARM and n.gpu_util < policy.target_util_percent and name not in source_names:
+        if (n.tier <= Tier.WARM and n.gpu_util < policy.target_util_percent and name not in source_names
+                and not n.slow_serving):
             node = cluster.nodes.get(name)
             if node is not None and not node.unschedulable:
                 spare[name] = Counter({r: c for r, c in free.get(name, Counter()).items() if c > 0})
@@ -126,7 +157,14 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
             return (0 if covers else 1, share if covers else -share, pod.priority, -replicas[pod.workload],
                     pod.namespace, pod.name)
 
-        for pod, share in sorted(candidates, key=rank):
+        if node_name in slow:  # the replica missing its target most, then the next: one moves
+            order = {(r.namespace, r.pod): i for i, r in enumerate(slow[node_name])}
+            ranked = sorted((c for c in candidates if (c[0].namespace, c[0].name) in order),
+                            key=lambda c: order[c[0].namespace, c[0].name])
+            excess = 1.0
+        else:
+            ranked = sorted(candidates, key=rank)
+        for pod, share in ranked:
             if excess <= 0:
                 break
             limit = (Limit.PER_RUN if len(evictions) >= policy.max_evictions_per_run else
@@ -147,7 +185,7 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
                                              f"{source_reason}; pod's GPUs ~{share:.0f} points; room on {destination}"))
             per_node[node_name] += 1
             per_namespace[pod.namespace] += 1
-            excess -= share
+            excess -= 1.0 if node_name in slow else share
     return Plan(tuple(name for name, _ in sources), tuple(evictions), tuple(skipped), tuple(notes))
 
 

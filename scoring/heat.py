@@ -22,6 +22,9 @@ class Tier(enum.IntEnum):
         return self.name.lower()
 
 
+SLOW_SERVING = "slow-serving"
+"""The reason prefix of a verdict that rests on the model servers' own figures."""
+
 SIGNALS = ("utilisation", "memory", "temperature")
 """The gauges the tier is judged on. XIDs are not listed: Prometheus returns only non-zero ones,
 so a missing XID series cannot be told from a healthy GPU."""
@@ -42,7 +45,15 @@ class NodeHeat:
     tier: Tier
     reasons: tuple[str, ...]
     signals: tuple[str, ...] = ()
-    """The signals the verdict rested on (`SIGNALS`)."""
+    """The signals the verdict rested on (`SIGNALS`, and "serving" when model servers reported)."""
+    serving_pressure: float | None = None
+    """The worst serving replica's figures as a share of its target (1.0 = on target); None when
+    no replica on the node reports serving series."""
+
+    @property
+    def slow_serving(self) -> bool:
+        """A serving replica here is warm or hot on its own figures: never a place to move pods to."""
+        return any(reason.startswith(SLOW_SERVING) for reason in self.reasons)
 
     @property
     def missing_signals(self) -> tuple[str, ...]:
@@ -89,6 +100,17 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
     temperature = node.temperature_max_c
     if temperature is not None and temperature >= policy.hot_temperature_c:
         verdicts.append((Tier.HOT, f"GPU temperature {temperature:.0f}°C ≥ {policy.hot_temperature_c:g}°C"))
+    pressure = None
+    if node.serving:
+        signals += ("serving",)
+        # Only a replica its node slows counts: one slow everywhere says nothing about this node.
+        bound = [r for r in node.serving if r.node_bound]
+        worst = bound[0] if bound else node.serving[0]
+        pressure = worst.pressure if bound else 0.0
+        if pressure >= 1.0:
+            verdicts.append((Tier.HOT, f"{SLOW_SERVING}: {worst.describe()}"))
+        elif pressure >= policy.warm_serving_fraction:
+            verdicts.append((Tier.WARM, f"{SLOW_SERVING}: {worst.describe()}, at {pressure:.0%} of target"))
 
     return NodeHeat(
         name=node.name,
@@ -102,6 +124,7 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         tier=max((tier for tier, _ in verdicts), default=Tier.COOL),
         reasons=tuple(reason for _, reason in sorted(verdicts, key=lambda v: -v[0])),
         signals=signals,
+        serving_pressure=pressure,
     )
 
 

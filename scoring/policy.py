@@ -104,6 +104,9 @@ class HeatPolicy:
     """Hottest GPU temperature (°C) from which a node is hot: data-centre GPUs throttle near 87–90 °C."""
     critical_xids: tuple[int, ...] = DEFAULT_CRITICAL_XIDS
     """XID codes that make a node unhealthy."""
+    warm_serving_fraction: float = 0.8
+    """Share of its serving target (`serving`) at which a replica makes its node warm; at the
+    target itself the node is hot (`slow-serving`). 80 %: queues grow steeply just below it."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,69 @@ class DeschedulerPolicy:
 
 
 @dataclass(frozen=True)
+class ServingServer:
+    """Where one model server keeps its queue and latency. Check the names against the server's
+    release: they change between releases."""
+
+    name: str = ""
+    queue_metric: str = ""
+    """A gauge of requests waiting for the engine."""
+    latency_histogram: str = ""
+    """A latency histogram's base name (`_bucket` is appended); the policy's quantile is read from it."""
+    latency_sum_counter: str = ""
+    """Where a server has no histogram: a counter of total latency, divided by `latencyCountCounter`."""
+    latency_count_counter: str = ""
+    latency_unit_seconds: float = 1.0
+    """Seconds per unit of the latency metric (Triton counts microseconds: 1e-6)."""
+    latency_name: str = "latency"
+    """What the latency is, for reasons and `status` (TTFT, end-to-end, queue time)."""
+
+
+DEFAULT_SERVERS = (
+    ServingServer("vllm", "vllm:num_requests_waiting", "vllm:time_to_first_token_seconds", latency_name="TTFT"),
+    ServingServer("sglang", "sglang:num_queue_reqs", "sglang:time_to_first_token_seconds", latency_name="TTFT"),
+    ServingServer("tgi", "tgi_queue_size", "tgi_request_duration", latency_name="end-to-end"),
+    ServingServer("triton", "nv_inference_pending_request_count", latency_sum_counter="nv_inference_queue_duration_us",
+                  latency_count_counter="nv_inference_request_success", latency_unit_seconds=1e-6,
+                  latency_name="queue time"),
+)
+"""vLLM and SGLang: time to first token; TGI: end-to-end request duration (it exports no TTFT);
+Triton: mean queue time from its default counters (it exports no latency histogram by default)."""
+
+
+@dataclass(frozen=True)
+class ServingTarget:
+    server: str = ""
+    """Match replicas of this server only (a `servers[].name`); empty matches any."""
+    namespace: str = ""
+    """Match replicas in this namespace only; empty matches any."""
+    workload: str = ""
+    """Match replicas whose pod's `placement.workloadLabel` has this value (from the series' own
+    label or kube-state-metrics' `kube_pod_labels`); empty matches any."""
+    latency_seconds: float = 1.0
+    """The latency figure at or above which a replica misses its target."""
+    queue_depth: float = 16.0
+    """Requests waiting at or above which a replica misses its target."""
+
+
+@dataclass(frozen=True)
+class ServingPolicy:
+    """The model servers' own queue and latency as a heat signal. Off by itself where no server
+    exports these series: the heat model then judges on DCGM alone."""
+
+    enabled: bool = True
+    quantile: float = 0.95
+    """The latency quantile read from histograms: p95 is what latency objectives are usually set on."""
+    window_seconds: float = 120.0
+    """The rate window of latency histograms: eight 15 s scrapes, short enough to see a queue form."""
+    servers: tuple[ServingServer, ...] = DEFAULT_SERVERS
+    targets: tuple[ServingTarget, ...] = ()
+    """Per server, namespace or workload; the first that matches applies, else `defaultTarget`."""
+    default_target: ServingTarget = field(default_factory=lambda: ServingTarget(latency_seconds=1.0, queue_depth=16.0))
+    """TTFT p95 of 1 s and 16 queued requests: interactive chat starts to feel slow past either."""
+
+
+@dataclass(frozen=True)
 class OptInPolicy:
     """The namespace label that opts a namespace in, named once for both halves: the webhook's
     namespaceSelector (in the MutatingWebhookConfiguration, tested to match) and the descheduler,
@@ -193,6 +259,7 @@ class BalancerPolicy:
     placement: PlacementPolicy = field(default_factory=PlacementPolicy)
     descheduler: DeschedulerPolicy = field(default_factory=DeschedulerPolicy)
     opt_in: OptInPolicy = field(default_factory=OptInPolicy)
+    serving: ServingPolicy = field(default_factory=ServingPolicy)
 
 
 def default_policy() -> BalancerPolicy:
@@ -264,8 +331,32 @@ def validate_policy(policy: BalancerPolicy) -> None:
              "descheduler.maxEvictionsPerRun", "limits must not be negative")
     _require(d.cooldown_seconds >= 0 and d.backoff_factor >= 1, "descheduler.backoffFactor",
              "cooldown must not be negative and backoffFactor at least 1")
+    _validate_serving(policy.serving, heat.warm_serving_fraction)
     _require(bool(prom.basic_auth.username) == bool(prom.basic_auth.password_file),
              "prometheus.basicAuth", "needs both username and passwordFile")
+
+
+def _validate_serving(serving: ServingPolicy, warm_fraction: float) -> None:
+    _require(0 < warm_fraction < 1, "heat.warmServingFraction", "must be between 0 and 1")
+    _require(0 < serving.quantile < 1, "serving.quantile", "must be between 0 and 1")
+    _require(serving.window_seconds >= 30, "serving.windowSeconds", "must be at least 30 (two scrapes for a rate)")
+    names = [server.name for server in serving.servers]
+    _require(all(names) and len(set(names)) == len(names), "serving.servers", "need unique, non-empty names")
+    for i, server in enumerate(serving.servers):
+        _require(bool(server.queue_metric or server.latency_histogram or server.latency_sum_counter),
+                 f"serving.servers[{i}]", "needs a queueMetric, a latencyHistogram or latency counters")
+        _require(bool(server.latency_sum_counter) == bool(server.latency_count_counter), f"serving.servers[{i}]",
+                 "latencySumCounter and latencyCountCounter go together")
+        _require(server.latency_unit_seconds > 0, f"serving.servers[{i}].latencyUnitSeconds", "must be positive")
+        for metric in (server.queue_metric, server.latency_histogram, server.latency_sum_counter,
+                       server.latency_count_counter):
+            _require(not metric or re.fullmatch(r"[A-Za-z_:][A-Za-z0-9_:]*", metric) is not None,
+                     f"serving.servers[{i}]", f"{metric!r} is not a Prometheus metric name")
+    for i, target in enumerate((*serving.targets, serving.default_target)):
+        where = f"serving.targets[{i}]" if i < len(serving.targets) else "serving.defaultTarget"
+        _require(target.latency_seconds > 0 and target.queue_depth > 0, where,
+                 "latencySeconds and queueDepth must be positive")
+        _require(not target.server or target.server in names, f"{where}.server", f"no server named {target.server!r}")
 
 
 def _require(condition: bool, path: str, message: str) -> None:

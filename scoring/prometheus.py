@@ -19,7 +19,7 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from scoring import dcgm, recording
+from scoring import dcgm, recording, serving
 from scoring.policy import BalancerPolicy, PrometheusConnection
 from scoring.series import Series, build_snapshot, detect_node_label, ksm_label_name
 from scoring.telemetry import ClusterSnapshot
@@ -192,6 +192,9 @@ def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime]
         queries = {name: recording.recorded_query(name, expr, recorded) for name, expr in queries.items()}
     if seen_recently is not None:
         del queries["seen_recently"]
+    if policy.serving.enabled:
+        queries |= serving.serving_queries(policy.serving, policy.prometheus.selector_matchers,
+                                           policy.placement.workload_label)
     # All queries at once: a refresh then costs one round trip, and a silent Prometheus one timeout.
     pool = ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="promql")
     try:
@@ -199,6 +202,7 @@ def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime]
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     newest = answers.pop("newest_sample")
+    serving_rows = {name: answers.pop(name) for name in list(answers) if name.split(":")[0] in serving.ROW_SETS}
     if seen_recently is None:
         seen_recently = answers.pop("seen_recently")
     snapshot = build_snapshot(
@@ -214,6 +218,8 @@ def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime]
         topology_keys=keys,
         newest_sample_at=datetime.fromtimestamp(newest[0].value, tz=timezone.utc) if newest else None,
     )
+    replicas = serving.replicas_from_rows(serving_rows, policy.serving, policy.placement.workload_label)
+    snapshot = serving.with_serving(snapshot, replicas)
     return replace(snapshot, source="recording rules" if recorded else "raw queries"), seen_recently
 
 
@@ -302,3 +308,18 @@ def read_window(query: QueryFn, policy: BalancerPolicy) -> dict[str, WindowStats
                 by_node.setdefault(node, {})[name] = row.value
     return {node: WindowStats(v.get("mean", 0.0), v.get("low", 0.0), min(1.0, v.get("samples", 0.0) / steps))
             for node, v in by_node.items()}
+
+
+def read_serving_window(query: QueryFn, policy: BalancerPolicy, snapshot: ClusterSnapshot
+                        ) -> dict[tuple[str, str], serving.SustainedServing]:
+    """(namespace, pod) → serving figures over the descheduler's window, for the serving replicas
+    in `snapshot`; no queries at all when it shows none (no server exports the series)."""
+    targets = serving.targets_of(snapshot)
+    if not policy.serving.enabled or not targets:
+        return {}
+    d = policy.descheduler
+    queries = serving.serving_window_queries(policy.serving, policy.prometheus.selector_matchers,
+                                             window_seconds=d.window_seconds, step_seconds=d.step_seconds,
+                                             quantile=d.low_quantile)
+    rows = {name: _series(query(promql)) for name, promql in queries.items()}
+    return serving.sustained_from_rows(rows, policy.serving, steps=d.window_seconds / d.step_seconds, targets=targets)

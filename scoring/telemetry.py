@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scoring.serving import ServingReplica
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,8 @@ class NodeTelemetry:
     topology: tuple[tuple[str, str], ...] = ()
     """(node label, value) for the topology labels kube-state-metrics exports via `kube_node_labels`
     (NVLink clique, network block, zone), when it is configured to."""
+    serving: tuple[ServingReplica, ...] = ()
+    """The model-server replicas on this node that export queue or latency series, worst first."""
 
     @property
     def memory_used_fraction(self) -> float | None:

@@ -8,6 +8,12 @@ Busy fraction ρ = load / speed; mean sojourn time W = s₀ / speed / (1 − ρ)
 a replica's p99 is W × ln 100, and the fleet's p99 is the request-weighted 99th percentile of
 those over all ticks. The same replicas are also timed as if every node carried the fleet's mean
 load at that tick (`even_load_latencies`): what perfect load balancing would give these pods.
+
+Latency-sensitive services (`inference.latencySensitiveShare`) have their own service time and
+feel contention `sensitiveContention` times harder in their latency only: the host-side part of
+a long prompt (tokenisation, copies) keeps the GPU waiting, not busy, so DCGM does not show it.
+Where the scenario says so, replicas export what a model server would: requests waiting (M/M/1:
+ρ² / (1 − ρ)) and TTFT p95 (the exponential sojourn's W × ln 20), read by the serving signal.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ CONTENTION_FROM = 0.4
 BURST = 1.5
 """Traffic multiplier during a service's burst (10 minutes)."""
 P99_FACTOR = math.log(100)
+P95_FACTOR = math.log(20)
 NAMESPACE = "inference"
 
 
@@ -49,6 +56,13 @@ class Service:
     serial: int = 0
     pool: PoolShape | None = None
     """The pool its pods are pinned to by nodeSelector (tolerating its taints), or None."""
+    service_time_ms: float = SERVICE_TIME_MS
+    latency_contention: float = 1.0
+    """Multiplier on `CONTENTION` for its latency (1 for tolerant services)."""
+
+    @property
+    def sensitive(self) -> bool:
+        return self.latency_contention > 1.0
 
 
 @dataclass
@@ -70,6 +84,8 @@ class TickSample:
     """(p99 ms, request weight) per serving replica."""
     even_load_latencies: list[tuple[float, float]]
     """The same, had every node carried the fleet's mean load (the limit of balancing)."""
+    sensitive_latencies: list[tuple[float, float]] = field(default_factory=list)
+    """`latencies` of the latency-sensitive services' replicas only."""
 
 
 @dataclass
@@ -90,6 +106,8 @@ class World:
     jobs: dict[str, dict] = field(default_factory=dict)
     units: dict[str, int] = field(default_factory=dict)
     """Schedulable GPU units per node: GPUs, or MIG instances on a MIG pool."""
+    serving: list[dict[str, tuple[str, float, float]]] = field(default_factory=list)
+    """Per tick, when replicas export serving series: pod key → (node, requests waiting, TTFT p95 in s)."""
 
     @property
     def now_seconds(self) -> float:
@@ -128,6 +146,10 @@ def build_world(scenario: Scenario, seed: int) -> World:
         units[name], pools[name] = pool.units_per_node, pool
     inf = scenario.inference
     raw = [rng.paretovariate(inf.pareto_alpha) for _ in range(inf.services)]
+    sensitive = set(range(0, 2 * int(inf.services * inf.latency_sensitive_share), 2))
+    for s in sensitive:  # each sensitive service's tolerant twin has the same demand
+        if s + 1 < len(raw):
+            raw[s + 1] = raw[s]
     placement = _service_pools(scenario, seed)
     capacity: dict[str | None, int] = defaultdict(int)
     for name, pool in pools.items():
@@ -147,6 +169,9 @@ def build_world(scenario: Scenario, seed: int) -> World:
             max_replicas=max(minimum, math.ceil(demand * (1 + inf.diurnal_amplitude) * BURST / inf.max_replica_util)),
             cpu=rng.choice((4, 8, 16)),
             memory_gib=rng.choice((32, 64, 128)), template_hash=f"{rng.getrandbits(32):08x}"[:9], pool=placement[s])
+    for s in sensitive:
+        service = services[f"svc-{s:02d}"]
+        service.service_time_ms, service.latency_contention = inf.sensitive_service_time_ms, inf.sensitive_contention
     for service in services.values():
         if service.pool is not None and service.pool.mig_profile:
             # A MIG instance is a slice of a GPU; its server gets a slice of the host too.
@@ -337,12 +362,15 @@ def measure(world: World) -> TickSample:
     for pod in world.pods.values():
         if pod.node is not None:
             by_node[pod.node].append(pod)
-    latencies, even_load_latencies = [], []
+    latencies, even_load_latencies, sensitive_latencies = [], [], []
+    serving: dict[str, tuple[str, float, float]] = {}
+    exports = world.scenario.inference.serving_metrics
     up = [name for name in world.nodes if name not in world.down]
-    even_speed = _speed(sum(node_load.get(name, 0.0) for name in up) / max(1, len(up)))
+    even_load = sum(node_load.get(name, 0.0) for name in up) / max(1, len(up))
     node_util = {}
     for name in up:
-        speed = _speed(node_load.get(name, 0.0))
+        load = node_load.get(name, 0.0)
+        speed = _speed(load)
         busy = 0.0
         index = 0
         for pod in by_node.get(name, ()):
@@ -353,19 +381,40 @@ def measure(world: World) -> TickSample:
                 index += 1
             busy += rho * count
             if pod.service is not None and pod.load > 0:
-                latencies.append((_p99_ms(pod.load, speed), pod.load))
-                even_load_latencies.append((_p99_ms(pod.load, even_speed), pod.load))
+                service = world.services[pod.service]
+                if service.sensitive:
+                    mean_ms = _sojourn_ms(pod.load, load, service)
+                    sensitive_latencies.append((mean_ms * P99_FACTOR, pod.load))
+                    even_ms = _sojourn_ms(pod.load, even_load, service)
+                else:
+                    mean_ms, even_ms = _sojourn_ms(pod.load, load, service), _sojourn_ms(pod.load, even_load, service)
+                latencies.append((mean_ms * P99_FACTOR, pod.load))
+                even_load_latencies.append((even_ms * P99_FACTOR, pod.load))
+                if exports:
+                    waiting = min(0.99, pod.load / _latency_speed(load, service))
+                    serving[pod_key(pod.obj)] = (name, waiting * waiting / (1 - waiting), mean_ms * P95_FACTOR / 1000)
         node_util[name] = 100 * busy / world.units[name]
     world.history.append(node_util)
     world.gpu_util.append(dict(per_gpu))
-    return TickSample(node_util, len(world.pending()), latencies, even_load_latencies)
+    if exports:
+        world.serving.append(serving)
+    return TickSample(node_util, len(world.pending()), latencies, even_load_latencies, sensitive_latencies)
 
 
 def _speed(node_load: float) -> float:
     return 1 - CONTENTION * max(0.0, node_load - CONTENTION_FROM)
 
 
-def _p99_ms(load: float, speed: float) -> float:
+def _latency_speed(node_load: float, service: Service) -> float:
+    """The speed a request of this service sees: `_speed` itself for tolerant services."""
+    if service.latency_contention == 1.0:
+        return _speed(node_load)
+    return max(0.05, 1 - CONTENTION * service.latency_contention * max(0.0, node_load - CONTENTION_FROM))
+
+
+def _sojourn_ms(load: float, node_load: float, service: Service) -> float:
+    """Mean time a request spends in the replica (M/M/1 at the replica's busy share)."""
+    speed = _latency_speed(node_load, service)
     rho = min(0.99, load / speed)
-    return SERVICE_TIME_MS / speed / (1 - rho) * P99_FACTOR
+    return service.service_time_ms / speed / (1 - rho)
 

@@ -7,6 +7,7 @@ import json
 import math
 import random
 from collections import Counter, deque
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from descheduler.cluster import cluster_from_objects
@@ -16,6 +17,8 @@ from scoring.feasibility import NodeFacts, constraints_of, taints_from, why_infe
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
 from scoring.prometheus import WindowStats, topology_keys
+from scoring.serving import (ServingReplica, SustainedServing, latency_label, target_for, with_peers,
+                             with_serving, workload_of_pod)
 from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
 from scoring.telemetry import GpuSample, PodRef
 from scoring.workloads import gpu_request
@@ -29,6 +32,16 @@ from webhook.review import decode_review, patched, pod_review
 
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 POLICIES = ("stock", "stock-gpu-scored", "lownodeutilization", "gpu-balancer", "oracle")
+SERVING_POLICY = "gpu-balancer-serving"
+"""gpu-balancer reading the replicas' serving series too; run where the scenario's replicas export them."""
+
+
+def policies_for(scenario) -> tuple[str, ...]:
+    """The policies a scenario compares: the serving-aware one only where replicas export serving
+    series (elsewhere it is gpu-balancer itself, to the last number)."""
+    if scenario.inference.serving_metrics:
+        return (*POLICIES[:4], SERVING_POLICY, POLICIES[4])
+    return POLICIES
 
 
 def sim_time(world: World) -> datetime:
@@ -162,6 +175,7 @@ class GpuBalancer(Stock):
     only what the API server shows: the cluster view and bindings, `bindDelaySeconds` late."""
 
     name = "gpu-balancer"
+    reads_serving = False
 
     def __init__(self, rng: random.Random, policy: BalancerPolicy | None = None) -> None:
         super().__init__(rng)
@@ -201,6 +215,8 @@ class GpuBalancer(Stock):
                        for n in world.nodes.values()]
         snapshot = build_snapshot(aggregate_samples(samples), taken_at=now, newest_sample_at=taken,
                                   node_labels=node_labels, topology_keys=keys)
+        if self.reads_serving and len(world.serving) > lag:
+            snapshot = with_serving(snapshot, self._serving_replicas(world.serving[-1 - lag]))
         fleet = fleet_heat(snapshot, self.policy.heat, now=now,
                            staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
         telemetry = telemetry_of(snapshot, fleet)
@@ -209,6 +225,33 @@ class GpuBalancer(Stock):
             ledger.prepare(telemetry.index, view)
         self._telemetry, self._telemetry_tick = (snapshot, fleet, telemetry, view), world.tick
         return self._telemetry
+
+    def _serving_replicas(self, observed: dict[str, tuple[str, float, float]]) -> dict[str, tuple[ServingReplica, ...]]:
+        """What the serving queries would return for these replicas: vLLM's queue and TTFT p95."""
+        serving = self.policy.serving
+        vllm = next(server for server in serving.servers if server.name == "vllm")
+        label = latency_label(vllm, serving.quantile)
+        per_node: dict[str, list[ServingReplica]] = {}
+        for key, (node, waiting, ttft) in observed.items():
+            namespace, name = key.split("/", 1)
+            target = target_for(serving, server="vllm", namespace=namespace, workload="")
+            per_node.setdefault(node, []).append(ServingReplica(namespace, name, "vllm", waiting, ttft, label, target,
+                                                                workload_of_pod(name)))
+        return with_peers(per_node)
+
+    def _serving_window(self, world: World, history: list[dict[str, tuple[str, float, float]]], steps: int,
+                        snapshot) -> dict[tuple[str, str], SustainedServing]:
+        """Per replica in the snapshot, the low quantile of its pressure over the window."""
+        d = self.policy.descheduler
+        out = {}
+        for node in snapshot.nodes:
+            for replica in node.serving:
+                key = f"{replica.namespace}/{replica.pod}"
+                pressures = sorted(replace_figures(replica, tick[key]).pressure for tick in history if key in tick)
+                if pressures:
+                    low = pressures[min(len(pressures) - 1, int(d.low_quantile * len(pressures)))]
+                    out[replica.namespace, replica.pod] = SustainedServing(low, len(pressures) / steps)
+        return out
 
     def place(self, world: World, pod: SimPod) -> str | None:
         telemetry = self.telemetry(world)
@@ -274,8 +317,12 @@ class GpuBalancer(Stock):
                 window[name] = WindowStats(sum(values) / len(values), low, len(values) / steps)
         cluster = cluster_from_objects(cluster_objects(world), self.policy.placement)
         now = sim_time(world)
+        serving_window = {}
+        if self.reads_serving:
+            observed = world.serving[max(0, len(world.serving) - lag - steps): len(world.serving) - lag]
+            serving_window = self._serving_window(world, observed, steps, snapshot)
         plan = plan_evictions(fleet=fleet, snapshot=snapshot, window=window, cluster=cluster, ledger=self.evictions,
-                              policy=d, now=now)
+                              policy=d, now=now, serving_window=serving_window)
         records = []
         for eviction in plan.evictions:
             pod = world.pods.get(f"{eviction.namespace}/{eviction.pod}")
@@ -286,7 +333,20 @@ class GpuBalancer(Stock):
         self.evictions = self.evictions.with_evictions(records, now, d)
 
 
+class GpuBalancerServing(GpuBalancer):
+    """gpu-balancer whose heat model and descheduler also read the replicas' serving series."""
+
+    name = SERVING_POLICY
+    reads_serving = True
+
+
+def replace_figures(replica: ServingReplica, observed: tuple[str, float, float]) -> ServingReplica:
+    """The replica as it was at another tick (`World.serving` entry)."""
+    _, waiting, ttft = observed
+    return replace(replica, queue=waiting, latency_seconds=ttft)
+
+
 def make_policy(name: str, seed: int):
     rng = random.Random(seed * 7 + 3)
     return {"stock": Stock, "stock-gpu-scored": StockGpuScored, "lownodeutilization": LowNodeUtilization,
-            "gpu-balancer": GpuBalancer, "oracle": Oracle}[name](rng)
+            "gpu-balancer": GpuBalancer, SERVING_POLICY: GpuBalancerServing, "oracle": Oracle}[name](rng)

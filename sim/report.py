@@ -14,7 +14,8 @@ from sim.seeds import aggregate, change_against_stock
 METRICS = ("node_util_cov", "max_node_util", "hot_node_minutes", "p99_latency_ms", "p99_at_even_load_ms",
            "evictions", "pending_pods")
 FORMATS = {"node_util_cov": "{:.3f}", "max_node_util": "{:.1f}", "hot_node_minutes": "{:.1f}",
-           "p99_latency_ms": "{:.0f}", "p99_at_even_load_ms": "{:.0f}", "evictions": "{:.0f}", "pending_pods": "{:.2f}",
+           "p99_latency_ms": "{:.0f}", "p99_at_even_load_ms": "{:.0f}",
+           "p99_sensitive_latency_ms": "{:.0f}", "evictions": "{:.0f}", "pending_pods": "{:.2f}",
            "evictions_per_pod_hour_percent": "{:.2f}", "training_jobs_in_one_clique": "{:.0%}",
            "advice_feasible": "{:.1%}", "advice_followed": "{:.1%}"}
 LABELS = {
@@ -23,6 +24,7 @@ LABELS = {
     "hot_node_minutes": ("hot node-minutes (min)", "minutes nodes spent at or above 80 % GPU utilisation, summed"),
     "p99_latency_ms": ("p99 latency (ms)", "request-weighted 99th percentile of the modelled replica latency"),
     "p99_at_even_load_ms": ("p99 at even load (ms)", "the same pods timed as if every node carried the mean load"),
+    "p99_sensitive_latency_ms": ("p99 sensitive (ms)", "p99 latency of the latency-sensitive services' replicas"),
     "evictions": ("evictions (pods)", "pods the descheduler evicted"),
     "pending_pods": ("pending pods (mean)", "pods waiting for a node, time-averaged"),
     "evictions_per_pod_hour_percent": ("evictions (%/pod-h)", "evictions per running pod per hour, in percent"),
@@ -30,8 +32,9 @@ LABELS = {
     "advice_feasible": ("advice feasible (%)", "advised pods whose every preferred node could take them"),
     "advice_followed": ("advice followed (%)", "advised pods that bound to one of their preferred nodes"),
 }
-SHORT_NAMES = {"stock-gpu-scored": "gpu-scored", "lownodeutilization": "lownodeutil"}
-COMPARED = ("node_util_cov", "hot_node_minutes", "p99_latency_ms")
+SHORT_NAMES = {"stock-gpu-scored": "gpu-scored", "lownodeutilization": "lownodeutil",
+               "gpu-balancer-serving": "gb+serving"}
+COMPARED = ("node_util_cov", "hot_node_minutes", "p99_latency_ms", "p99_sensitive_latency_ms")
 """Metrics quoted with their change against stock (lower is better for each)."""
 WIDTH = 100
 

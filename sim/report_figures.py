@@ -17,7 +17,7 @@ from sim.scenario import Scenario  # noqa: E402
 
 HEADLINE = ("node_util_cov", "max_node_util", "hot_node_minutes", "p99_latency_ms")
 COLOURS = {"stock": "tab:grey", "stock-gpu-scored": "tab:blue", "lownodeutilization": "tab:orange",
-           "gpu-balancer": "tab:green", "oracle": "tab:purple"}
+           "gpu-balancer": "tab:green", "gpu-balancer-serving": "tab:cyan", "oracle": "tab:purple"}
 """One colour per policy in every picture."""
 
 

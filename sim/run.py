@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from statistics import fmean, pstdev
 
 from sim.engine import bind, build_world, gpu_count, measure, step_workloads
-from sim.policies import POLICIES, make_policy
+from sim.policies import make_policy, policies_for
 from sim.scenario import Scenario
 
 HOT_UTIL = 80.0
@@ -42,6 +42,7 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
     covs, maxima, hot_ticks, pending = [], [], 0, []
     latencies: list[tuple[float, float]] = []
     even_load_latencies: list[tuple[float, float]] = []
+    sensitive_latencies: list[tuple[float, float]] = []
     running_pods = []
     packed_jobs: dict[str, bool] = {}
     roomy_jobs: set[str] = set()
@@ -68,6 +69,7 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
         pending.append(sample.pending)
         latencies.extend(sample.latencies)
         even_load_latencies.extend(sample.even_load_latencies)
+        sensitive_latencies.extend(sample.sensitive_latencies)
         running_pods.append(sum(1 for p in world.pods.values() if p.node is not None))
         for job in world.jobs:
             workers = [p for p in world.pods.values() if p.training_job == job]
@@ -88,6 +90,8 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
         "pending_pods": fmean(pending) if pending else 0.0,
         "evictions_per_pod_hour_percent": 100 * world.evictions / hours / max(fmean(running_pods), 1.0),
     }
+    if sensitive_latencies:
+        metrics["p99_sensitive_latency_ms"] = weighted_quantile(sensitive_latencies, 0.99)
     metrics.update(policy.advice_metrics())
     judged = [job for job in packed_jobs if job in roomy_jobs]
     if judged:
@@ -111,8 +115,10 @@ def _clique_has_room(world, job: str) -> bool:
     return any(slots >= len(workers) for slots in room.values())
 
 
-def compare(scenario: Scenario, seed: int, policies: tuple[str, ...] = POLICIES,
+def compare(scenario: Scenario, seed: int, policies: tuple[str, ...] | None = None,
             progress: Callable[[str, int, int], None] | None = None) -> dict[str, PolicyResult]:
+    """Every policy (`policies_for(scenario)` unless given) on the same seed."""
+    policies = policies or policies_for(scenario)
     ticks = int(scenario.hours * 3600 / scenario.tick_seconds)
     return {name: run_policy(scenario, name, seed, (lambda t, n=name: progress(n, t, ticks)) if progress else None)
             for name in policies}

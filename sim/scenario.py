@@ -84,6 +84,16 @@ class InferenceShape:
     autoscale_every_ticks: int = 4
     pool_shares: tuple[PoolShare, ...] = ()
     """Services pinned to pools; the rest may run on any untainted whole-GPU node."""
+    latency_sensitive_share: float = 0.0
+    """Share of services whose latency suffers from node contention that DCGM does not show (long
+    prompts: tokenisation on the host, PCIe copies while the GPU waits). Each is drawn with a
+    tolerant twin of equal demand, so both have the same GPU utilisation."""
+    sensitive_service_time_ms: float = 100.0
+    """Their mean service time at an idle node (prefill of long prompts)."""
+    sensitive_contention: float = 3.0
+    """How many times harder node contention slows their latency than the tolerant services'."""
+    serving_metrics: bool = False
+    """Replicas export their queue and latency as vLLM does (`vllm:num_requests_waiting`, TTFT)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +149,10 @@ BUILT_IN = {
                       instances_per_gpu=7))),
         inference=InferenceShape(services=40, pool_shares=(
             PoolShare("h100", 0.4), PoolShare("l4", 0.3), PoolShare("reserved", 0.1), PoolShare("mig", 0.2)))),
+    "latency-sensitivity": Scenario(
+        name="latency-sensitivity", hours=6.0,
+        inference=InferenceShape(services=40, mean_demand_fraction=0.35, latency_sensitive_share=0.5,
+                                 serving_metrics=True)),
     "node-failure": Scenario(name="node-failure", hours=4.0,
                              events=Events(node_failures_at_hour=1.5, failed_nodes=3, failure_duration_hours=1.0)),
 }
@@ -192,6 +206,9 @@ def _more_ranges(scenario: Scenario) -> list[tuple[str, bool]]:
         ("inference.burstsPerHour", inf.bursts_per_hour >= 0),
         ("inference.rolloutsPerServicePerDay", inf.rollouts_per_service_per_day >= 0),
         ("inference.autoscaleEveryTicks", inf.autoscale_every_ticks >= 1),
+        ("inference.latencySensitiveShare", 0 <= inf.latency_sensitive_share <= 0.5),
+        ("inference.sensitiveServiceTimeMs", 1 <= inf.sensitive_service_time_ms <= 10_000),
+        ("inference.sensitiveContention", 1 <= inf.sensitive_contention <= 10),
         ("training.jobsPerHour", tr.jobs_per_hour >= 0),
         ("training.workers", bool(tr.workers) and all(1 <= w <= total_nodes * 16 for w in tr.workers)),
         ("training.gpusPerWorker", 1 <= tr.gpus_per_worker <= 16),

@@ -1,0 +1,104 @@
+"""Render model-server replicas as exposition text shaped like vLLM's, SGLang's, TGI's and Triton's. Pure, no I/O.
+
+Counters and histograms are cumulative: the text for `elapsed_seconds` holds what a server would
+have counted since it started, at a steady request rate with exponentially distributed latency
+of the replica's mean. Prometheus's `rate` over any window then sees that rate and distribution.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+VLLM_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+"""vLLM's time-to-first-token buckets (seconds)."""
+SGLANG_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0)
+TGI_BUCKETS = tuple(round(0.001 * 1.5 ** i, 6) for i in range(35))
+"""TGI's request-duration buckets: exponential from 1 ms, factor 1.5."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServedReplica:
+    namespace: str
+    pod: str
+    server: str
+    """vllm, sglang, tgi or triton."""
+    queue: float
+    mean_latency_seconds: float
+    requests_per_second: float = 5.0
+    model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    node: str = ""
+    """When set, the series carry a `node` label, as a PodMonitor relabelling the pod's node writes it."""
+
+
+def _labels(replica: ServedReplica, own: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    target = [("namespace", replica.namespace), ("pod", replica.pod)]
+    return [*own, *target, *((("node", replica.node),) if replica.node else ())]
+
+
+def _text(labels: Iterable[tuple[str, str]]) -> str:
+    return ",".join(f'{k}="{v}"' for k, v in labels)
+
+
+def _histogram(name: str, help_text: str, buckets: Sequence[float], replicas: Sequence[ServedReplica],
+               own: callable, elapsed: float) -> list[str]:
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+    for replica in replicas:
+        labels = _labels(replica, own(replica))
+        count = replica.requests_per_second * elapsed
+        for le in buckets:
+            share = 1 - math.exp(-le / replica.mean_latency_seconds)
+            lines.append(f'{name}_bucket{{{_text([("le", repr(float(le))), *labels])}}} {count * share!r}')
+        lines.append(f'{name}_bucket{{{_text([("le", "+Inf"), *labels])}}} {count!r}')
+        lines.append(f"{name}_count{{{_text(labels)}}} {count!r}")
+        lines.append(f"{name}_sum{{{_text(labels)}}} {count * replica.mean_latency_seconds!r}")
+    return lines
+
+
+def _gauge(name: str, help_text: str, kind: str, rows: Iterable[tuple[list[tuple[str, str]], float]]) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
+            *(f"{name}{{{_text(labels)}}} {value!r}" for labels, value in rows)]
+
+
+def render_serving(replicas: Sequence[ServedReplica], elapsed_seconds: float) -> str:
+    """One text for all replicas, each family once with its `# HELP` and `# TYPE`."""
+    by_server = {name: [r for r in replicas if r.server == name] for name in ("vllm", "sglang", "tgi", "triton")}
+    elapsed = max(elapsed_seconds, 0.0)
+    lines: list[str] = []
+    if vllm := by_server["vllm"]:
+        def own(r): return [("engine", "0"), ("model_name", r.model)]
+        lines += _gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "gauge",
+                        ((_labels(r, own(r)), float(r.queue)) for r in vllm))
+        lines += _histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                            VLLM_BUCKETS, vllm, own, elapsed)
+    if sglang := by_server["sglang"]:
+        def own(r): return [("model_name", r.model)]
+        lines += _gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue", "gauge",
+                        ((_labels(r, own(r)), float(r.queue)) for r in sglang))
+        lines += _histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                            SGLANG_BUCKETS, sglang, own, elapsed)
+    if tgi := by_server["tgi"]:
+        def own(r): return []
+        lines += _gauge("tgi_queue_size", "Current queue size", "gauge", ((_labels(r, []), float(r.queue)) for r in tgi))
+        lines += _histogram("tgi_request_duration", "Total time spent processing the request (e2e latency)",
+                            TGI_BUCKETS, tgi, own, elapsed)
+    if triton := by_server["triton"]:
+        def own(r): return [("model", r.model.rsplit("/", 1)[-1]), ("version", "1")]
+        lines += _gauge("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
+                        "counter", ((_labels(r, own(r)), r.requests_per_second * elapsed) for r in triton))
+        lines += _gauge("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds "
+                        "(includes cached requests)", "counter",
+                        ((_labels(r, own(r)), r.requests_per_second * elapsed * r.mean_latency_seconds * 1e6)
+                         for r in triton))
+        lines += _gauge("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting "
+                        "execution per-model.", "gauge", ((_labels(r, own(r)), float(r.queue)) for r in triton))
+    return "\n".join(lines) + "\n"
+
+
+def pod_info(replicas: Sequence[ServedReplica], node_of: dict[str, str]) -> str:
+    """kube-state-metrics' `kube_pod_info` for the replicas in `node_of` (pod → node)."""
+    rows = [([("namespace", r.namespace), ("pod", r.pod), ("node", node_of[r.pod]), ("created_by_kind", "ReplicaSet")],
+             1.0) for r in replicas if r.pod in node_of]
+    return "\n".join(_gauge("kube_pod_info", "Information about pod.", "gauge", rows)) + "\n"

@@ -252,6 +252,34 @@ def cmd_fake_dcgm(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fake_serving(args: argparse.Namespace) -> int:
+    import time
+
+    from sim.fake_dcgm import make_server
+    from sim.fleet import FleetSpec
+    from sim.serving_text import render_serving, synthetic_replicas
+
+    if args.slow > args.replicas:
+        raise UsageError(f"--slow {args.slow} is more than --replicas {args.replicas}")
+    spec = FleetSpec(nodes=args.nodes)
+    replicas = synthetic_replicas([spec.node_name(i) for i in range(args.nodes)], replicas=args.replicas,
+                                  server=args.server, slow=args.slow, seed=args.seed)
+    started = time.monotonic()
+    try:
+        # Counters as if the servers had run for ten minutes, so a rate has data from the first scrape.
+        server = make_server(lambda: render_serving(replicas, time.monotonic() - started + 600),
+                             host=args.host, port=args.port)
+    except OSError as error:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {error.strerror}") from None
+    print(f"fake-serving: {args.replicas} {args.server} replicas ({args.slow} queueing) on {args.nodes} nodes on "
+          f"http://{args.host}:{server.server_port}/metrics", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def cmd_webhook(args: argparse.Namespace) -> int:
     from webhook.serve import serve
 
@@ -565,6 +593,17 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--host", default="127.0.0.1")
     fake.add_argument("--port", type=port_number, default=9400)
     fake.set_defaults(handler=cmd_fake_dcgm)
+
+    served = commands.add_parser("fake-serving", help="serve synthetic model-server replicas' queue and latency "
+                                 "metrics (vLLM, SGLang, TGI or Triton)")
+    served.add_argument("--server", choices=("vllm", "sglang", "tgi", "triton"), default="vllm")
+    served.add_argument("--replicas", type=count(1, 100000), default=16)
+    served.add_argument("--slow", type=count(0, 100000), default=2, help="how many replicas queue (miss targets)")
+    served.add_argument("--nodes", type=count(1, 20000), default=8, help="spread over fake-dcgm's node names")
+    served.add_argument("--seed", type=int, default=1)
+    served.add_argument("--host", default="127.0.0.1")
+    served.add_argument("--port", type=port_number, default=8000)
+    served.set_defaults(handler=cmd_fake_serving)
 
     hook = commands.add_parser("webhook", help="serve the mutating admission webhook over TLS")
     hook.add_argument("--prometheus-url", help="Prometheus base URL (overrides the policy's)")

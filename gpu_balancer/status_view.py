@@ -33,6 +33,7 @@ def _node_as_dict(node: NodeHeat) -> dict:
         "tier": str(node.tier),
         "reasons": list(node.reasons),
         "signals": list(node.signals),
+        "serving_pressure": None if node.serving_pressure is None else round(node.serving_pressure, 3),
         "partial": node.partial,
     }
 

@@ -164,6 +164,11 @@ def _series(result: Sequence[dict]) -> list[Series]:
     return [Series(row["metric"], float(row["value"][1])) for row in result]
 
 
+def run_queries(query: QueryFn, queries: dict[str, str]) -> dict[str, list[Series]]:
+    """Each named instant query's rows, one after another."""
+    return {name: _series(query(promql)) for name, promql in queries.items()}
+
+
 
 def topology_keys(policy: BalancerPolicy) -> tuple[str, ...]:
     """The packing domains, tightest first: NVLink clique, network block, zone."""
@@ -298,7 +303,7 @@ def read_window(query: QueryFn, policy: BalancerPolicy) -> dict[str, WindowStats
                              step_seconds=d.step_seconds, quantile=d.low_quantile,
                              use_profiling_metrics=policy.telemetry.use_profiling_metrics,
                              recorded=recorded_fingerprint(query, policy))
-    answers = {name: _series(query(promql)) for name, promql in queries.items()}
+    answers = run_queries(query, queries)
     label = detect_node_label(answers["mean"], policy.telemetry.node_label)
     steps = d.window_seconds / d.step_seconds
     by_node: dict[str, dict[str, float]] = {}
@@ -321,5 +326,5 @@ def read_serving_window(query: QueryFn, policy: BalancerPolicy, snapshot: Cluste
     queries = serving.serving_window_queries(policy.serving, policy.prometheus.selector_matchers,
                                              window_seconds=d.window_seconds, step_seconds=d.step_seconds,
                                              quantile=d.low_quantile)
-    rows = {name: _series(query(promql)) for name, promql in queries.items()}
+    rows = run_queries(query, queries)
     return serving.sustained_from_rows(rows, policy.serving, steps=d.window_seconds / d.step_seconds, targets=targets)

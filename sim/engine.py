@@ -12,6 +12,8 @@ load at that tick (`even_load_latencies`): what perfect load balancing would giv
 Latency-sensitive services (`inference.latencySensitiveShare`) have their own service time and
 feel contention `sensitiveContention` times harder in their latency only: the host-side part of
 a long prompt (tokenisation, copies) keeps the GPU waiting, not busy, so DCGM does not show it.
+Their tolerant twins may load the host too (`twinHostLoad`): that adds to the contention the
+sensitive replicas on the same node feel, and to nothing DCGM reports.
 Where the scenario says so, replicas export what a model server would: requests waiting (M/M/1:
 ρ² / (1 − ρ)) and TTFT p95 (the exponential sojourn's W × ln 20), read by the serving signal.
 """
@@ -59,6 +61,8 @@ class Service:
     service_time_ms: float = SERVICE_TIME_MS
     latency_contention: float = 1.0
     """Multiplier on `CONTENTION` for its latency (1 for tolerant services)."""
+    host_load: float = 0.0
+    """Host-side load its replicas add to their node per unit of GPU load (`twinHostLoad`)."""
 
     @property
     def sensitive(self) -> bool:
@@ -172,6 +176,8 @@ def build_world(scenario: Scenario, seed: int) -> World:
     for s in sensitive:
         service = services[f"svc-{s:02d}"]
         service.service_time_ms, service.latency_contention = inf.sensitive_service_time_ms, inf.sensitive_contention
+        if twin := services.get(f"svc-{s + 1:02d}"):
+            twin.host_load = inf.twin_host_load
     for service in services.values():
         if service.pool is not None and service.pool.mig_profile:
             # A MIG instance is a slice of a GPU; its server gets a slice of the host too.
@@ -354,10 +360,14 @@ def measure(world: World) -> TickSample:
             pod.load = share
     node_load: dict[str, float] = defaultdict(float)
     per_gpu: dict[str, dict[int, tuple[float, str | None]]] = defaultdict(dict)
+    host_load: dict[str, float] = defaultdict(float)
     for pod in world.pods.values():
         if pod.node is None:
             continue
-        node_load[pod.node] += min(1.0, pod.load) * gpu_count(pod) / world.units[pod.node]
+        share = min(1.0, pod.load) * gpu_count(pod) / world.units[pod.node]
+        node_load[pod.node] += share
+        if pod.service is not None and (noise := world.services[pod.service].host_load):
+            host_load[pod.node] += share * noise
     by_node: dict[str, list[SimPod]] = defaultdict(list)
     for pod in world.pods.values():
         if pod.node is not None:
@@ -383,7 +393,7 @@ def measure(world: World) -> TickSample:
             if pod.service is not None and pod.load > 0:
                 service = world.services[pod.service]
                 if service.sensitive:
-                    mean_ms = _sojourn_ms(pod.load, load, service)
+                    mean_ms = _sojourn_ms(pod.load, load + host_load.get(name, 0.0), service)
                     sensitive_latencies.append((mean_ms * P99_FACTOR, pod.load))
                     even_ms = _sojourn_ms(pod.load, even_load, service)
                 else:
@@ -391,7 +401,8 @@ def measure(world: World) -> TickSample:
                 latencies.append((mean_ms * P99_FACTOR, pod.load))
                 even_load_latencies.append((even_ms * P99_FACTOR, pod.load))
                 if exports:
-                    waiting = min(0.99, pod.load / _latency_speed(load, service))
+                    felt = load + (host_load.get(name, 0.0) if service.sensitive else 0.0)
+                    waiting = min(0.99, pod.load / _latency_speed(felt, service))
                     serving[pod_key(pod.obj)] = (name, waiting * waiting / (1 - waiting), mean_ms * P95_FACTOR / 1000)
         node_util[name] = 100 * busy / world.units[name]
     world.history.append(node_util)

@@ -216,7 +216,7 @@ class GpuBalancer(Stock):
         snapshot = build_snapshot(aggregate_samples(samples), taken_at=now, newest_sample_at=taken,
                                   node_labels=node_labels, topology_keys=keys)
         if self.reads_serving and len(world.serving) > lag:
-            snapshot = with_serving(snapshot, self._serving_replicas(world.serving[-1 - lag]))
+            snapshot = with_serving(snapshot, self.serving_replicas(world.serving[-1 - lag]))
         fleet = fleet_heat(snapshot, self.policy.heat, now=now,
                            staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
         telemetry = telemetry_of(snapshot, fleet)
@@ -226,7 +226,7 @@ class GpuBalancer(Stock):
         self._telemetry, self._telemetry_tick = (snapshot, fleet, telemetry, view), world.tick
         return self._telemetry
 
-    def _serving_replicas(self, observed: dict[str, tuple[str, float, float]]) -> dict[str, tuple[ServingReplica, ...]]:
+    def serving_replicas(self, observed: dict[str, tuple[str, float, float]]) -> dict[str, tuple[ServingReplica, ...]]:
         """What the serving queries would return for these replicas: vLLM's queue and TTFT p95."""
         serving = self.policy.serving
         vllm = next(server for server in serving.servers if server.name == "vllm")

@@ -92,6 +92,10 @@ class InferenceShape:
     """Their mean service time at an idle node (prefill of long prompts)."""
     sensitive_contention: float = 3.0
     """How many times harder node contention slows their latency than the tolerant services'."""
+    twin_host_load: float = 0.0
+    """Host-side load (CPU, PCIe) the tolerant twins put on their node per unit of GPU load, e.g.
+    batch embedding moving large inputs: it slows the sensitive services' latency and no DCGM
+    gauge shows it."""
     serving_metrics: bool = False
     """Replicas export their queue and latency as vLLM does (`vllm:num_requests_waiting`, TTFT)."""
 
@@ -152,6 +156,7 @@ BUILT_IN = {
     "latency-sensitivity": Scenario(
         name="latency-sensitivity", hours=6.0,
         inference=InferenceShape(services=40, mean_demand_fraction=0.35, latency_sensitive_share=0.5,
+                                 sensitive_service_time_ms=50.0, sensitive_contention=2.0, twin_host_load=0.75,
                                  serving_metrics=True)),
     "node-failure": Scenario(name="node-failure", hours=4.0,
                              events=Events(node_failures_at_hour=1.5, failed_nodes=3, failure_duration_hours=1.0)),
@@ -209,6 +214,7 @@ def _more_ranges(scenario: Scenario) -> list[tuple[str, bool]]:
         ("inference.latencySensitiveShare", 0 <= inf.latency_sensitive_share <= 0.5),
         ("inference.sensitiveServiceTimeMs", 1 <= inf.sensitive_service_time_ms <= 10_000),
         ("inference.sensitiveContention", 1 <= inf.sensitive_contention <= 10),
+        ("inference.twinHostLoad", 0 <= inf.twin_host_load <= 10),
         ("training.jobsPerHour", tr.jobs_per_hour >= 0),
         ("training.workers", bool(tr.workers) and all(1 <= w <= total_nodes * 16 for w in tr.workers)),
         ("training.gpusPerWorker", 1 <= tr.gpus_per_worker <= 16),

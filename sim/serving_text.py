@@ -8,6 +8,7 @@ of the replica's mean. Prometheus's `rate` over any window then sees that rate a
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -102,3 +103,30 @@ def pod_info(replicas: Sequence[ServedReplica], node_of: dict[str, str]) -> str:
     rows = [([("namespace", r.namespace), ("pod", r.pod), ("node", node_of[r.pod]), ("created_by_kind", "ReplicaSet")],
              1.0) for r in replicas if r.pod in node_of]
     return "\n".join(_gauge("kube_pod_info", "Information about pod.", "gauge", rows)) + "\n"
+
+
+SERVERS = ("vllm", "sglang", "tgi", "triton")
+
+
+def synthetic_replicas(node_names: Sequence[str], *, replicas: int, server: str, slow: int, seed: int
+                       ) -> list[ServedReplica]:
+    """`replicas` pods of one workload spread round-robin over the nodes, the first `slow` of them
+    queueing (mean latency 2 s, 30 waiting) and the rest answering in 0.1–0.3 s."""
+    if server not in SERVERS:
+        raise ValueError(f"unknown server {server!r}; choose one of {', '.join(SERVERS)}")
+    rng = random.Random(seed)
+    out = []
+    for i in range(replicas):
+        queueing = i < slow
+        out.append(ServedReplica("inference", f"{server}-5d4f8b-{i:05d}", server, queue=30.0 if queueing else 1.0,
+                                 mean_latency_seconds=2.0 if queueing else rng.uniform(0.1, 0.3),
+                                 node=node_names[i % len(node_names)]))
+    return out
+
+
+def served_from_world(observed: dict[str, tuple[str, float, float]]) -> list[ServedReplica]:
+    """A simulator tick's replicas (`World.serving`: pod key → node, waiting, TTFT p95 in s) as
+    vLLM replicas: the exponential TTFT whose p95 that is (mean = p95 / ln 20)."""
+    return [ServedReplica(key.split("/", 1)[0], key.split("/", 1)[1], "vllm", queue=waiting,
+                          mean_latency_seconds=ttft / math.log(20), node=node)
+            for key, (node, waiting, ttft) in sorted(observed.items())]

@@ -1,0 +1,93 @@
+"""The latency-sensitivity scenario: twins of equal utilisation, serving series in-process and through fake-serving."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+from scoring.policy import default_policy
+from scoring.prometheus import connect, run_queries
+from scoring.serving import replicas_from_rows, serving_queries
+from sim.engine import bind, build_world, measure, step_workloads
+from sim.fake_dcgm import make_server, serve_in_background
+from sim.fleet import FleetSpec
+from sim.policies import POLICIES, SERVING_POLICY, make_policy, policies_for
+from sim.run import run_policy
+from sim.scenario import FleetShape, named
+from sim.serving_text import VLLM_BUCKETS, render_serving, served_from_world
+
+SMALL = replace(named("latency-sensitivity"), hours=1.0, fleet=FleetShape(nodes=8),
+                inference=replace(named("latency-sensitivity").inference, services=8))
+
+
+def run_ticks(scenario, ticks: int, policy_name: str = SERVING_POLICY, seed: int = 3):
+    world, policy = build_world(scenario, seed), make_policy(policy_name, seed)
+    for tick in range(ticks):
+        world.tick = tick
+        step_workloads(world)
+        for pod in sorted(world.pending(), key=lambda p: (p.created_tick, p.obj["metadata"]["name"])):
+            if (node := policy.place(world, pod)) is not None:
+                bind(world, pod, node)
+                policy.bound(world, pod, node)
+        measure(world)
+    return world, policy
+
+
+def test_each_sensitive_service_has_a_tolerant_twin_of_equal_demand():
+    world = build_world(SMALL, 1)
+    services = sorted(world.services.values(), key=lambda s: s.name)
+    sensitive = [s for s in services if s.sensitive]
+    assert len(sensitive) == 4
+    for service in sensitive:
+        twin = world.services[f"svc-{int(service.name[4:]) + 1:02d}"]
+        assert not twin.sensitive and twin.demand == service.demand and twin.host_load > 0
+
+
+def test_only_scenarios_whose_replicas_export_serving_series_compare_the_serving_aware_policy():
+    assert SERVING_POLICY in policies_for(SMALL)
+    assert policies_for(named("skewed-inference")) == POLICIES
+    metrics = run_policy(SMALL, SERVING_POLICY, 2).metrics
+    assert metrics["p99_sensitive_latency_ms"] > 0
+    assert "p99_sensitive_latency_ms" not in run_policy(replace(named("burst"), hours=0.2), "stock", 1).metrics
+
+
+def test_the_serving_aware_policy_sees_every_exporting_replica_in_its_snapshot():
+    world, policy = run_ticks(SMALL, 12)
+    snapshot, fleet, _, _ = policy.telemetry(world)
+    lag = math.ceil(SMALL.telemetry_lag_seconds / SMALL.tick_seconds)
+    observed = world.serving[-1 - lag]
+    assert {f"{r.namespace}/{r.pod}" for n in snapshot.nodes for r in n.serving} == set(observed)
+    assert all("serving" in n.signals for n in fleet.nodes if snapshot.by_name[n.name].serving)
+
+
+def test_the_simulated_replicas_read_through_prometheus_as_the_in_process_path_sees_them(fake_dcgm, prometheus):
+    world, policy = run_ticks(SMALL, 12)
+    observed = world.serving[-1]
+    served = served_from_world(observed)
+    started = time.monotonic()
+    server = make_server(lambda: render_serving(served, time.monotonic() - started + 600), port=0)
+    serve_in_background(server)
+    try:
+        prom = prometheus(fake_dcgm(FleetSpec(nodes=2, gpus_per_node=2, profile="idle")),
+                          f"127.0.0.1:{server.server_port}")
+        prom.wait_for("rate(vllm:time_to_first_token_seconds_count[30s]) > 0", at_least=len(served))
+        policy_ = default_policy()
+        read = replace(policy_.serving, window_seconds=30.0)
+        answers = run_queries(connect(replace(policy_.prometheus, url=prom.url)),
+                              serving_queries(read, "", policy_.placement.workload_label))
+        through = replicas_from_rows(answers, read, policy_.placement.workload_label)
+        in_process = policy.serving_replicas(observed)
+        assert set(through) == set(in_process)
+        for node, replicas in in_process.items():
+            seen = {r.pod: r for r in through[node]}
+            for mine in replicas:
+                theirs = seen[mine.pod]
+                assert math.isclose(theirs.queue, mine.queue, rel_tol=1e-9)
+                low = max((b for b in VLLM_BUCKETS if b <= mine.latency_seconds), default=0.0)
+                high = min(b for b in VLLM_BUCKETS if b >= mine.latency_seconds)
+                assert low <= theirs.latency_seconds <= high
+                assert theirs.workload == mine.workload and theirs.target == mine.target
+    finally:
+        server.shutdown()
+        server.server_close()

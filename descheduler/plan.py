@@ -84,6 +84,24 @@ def sustained_slow_serving(replicas: tuple[ServingReplica, ...], stats: Mapping[
             f"(low quantile {low:.0%} of target)"), over
 
 
+def would_overload_peers(replica: ServingReplica, running: int) -> str | None:
+    """Why evicting this replica would hurt its workload more than moving it helps, or None.
+
+    Until its replacement serves (scheduling, image pull, model load: minutes), the workload's
+    other replicas take its traffic, each `running / (running - 1)` times their load; latency grows
+    at least with the square of that near saturation. A move is worth it only when they stay
+    within target even so."""
+    if running < 2:
+        return "its workload's only running replica: evicting it stops the service until the replacement serves"
+    if replica.peer_pressure is None:
+        return None
+    projected = replica.peer_pressure * (running / (running - 1)) ** 2
+    if projected >= 1.0:
+        return (f"its workload's other {running - 1} replica(s), at {replica.peer_pressure:.0%} of target, would "
+                f"reach ~{projected:.0%} taking its traffic: it needs more replicas, not another node")
+    return None
+
+
 def _contribution(snapshot: ClusterSnapshot, pod: PodInfo) -> float:
     """Points of node mean utilisation this pod's GPUs account for (0 when not measured)."""
     node = snapshot.by_name.get(pod.node)
@@ -158,9 +176,16 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
                     pod.namespace, pod.name)
 
         if node_name in slow:  # the replica missing its target most, then the next: one moves
-            order = {(r.namespace, r.pod): i for i, r in enumerate(slow[node_name])}
-            ranked = sorted((c for c in candidates if (c[0].namespace, c[0].name) in order),
-                            key=lambda c: order[c[0].namespace, c[0].name])
+            order = {(r.namespace, r.pod): r for r in slow[node_name]}
+            ranked = []
+            for pod, share in candidates:
+                if (replica := order.get((pod.namespace, pod.name))) is None:
+                    continue
+                if why := would_overload_peers(replica, replicas[pod.workload]):
+                    skipped.append(Skip(pod.namespace, pod.name, why))
+                else:
+                    ranked.append((pod, share))
+            ranked.sort(key=lambda c: list(order).index((c[0].namespace, c[0].name)))
             excess = 1.0
         else:
             ranked = sorted(candidates, key=rank)

@@ -229,22 +229,15 @@ def _descheduler_last_run(args: argparse.Namespace, policy: BalancerPolicy):
         return None
 
 
-def cmd_fake_dcgm(args: argparse.Namespace) -> int:
-    from sim.dcgm_text import render_exposition
+def _serve_exposition(args: argparse.Namespace, body, what: str) -> int:
+    """Serve `body` (text, or a function rendering it per scrape) on /metrics until interrupted."""
     from sim.fake_dcgm import make_server
-    from sim.fleet import FleetSpec, generate_fleet
 
-    try:
-        spec = FleetSpec(nodes=args.nodes, gpus_per_node=args.gpus, profile=args.profile, seed=args.seed)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    body = render_exposition(generate_fleet(spec), hostname_label=args.hostname_label, profiling=args.profiling)
     try:
         server = make_server(body, host=args.host, port=args.port)
     except OSError as error:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {error.strerror}") from None
-    print(f"fake-dcgm: {args.nodes} nodes x {args.gpus} GPUs ({args.profile}) on "
-          f"http://{args.host}:{server.server_port}/metrics", flush=True)
+    print(f"{what} on http://{args.host}:{server.server_port}/metrics", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -252,10 +245,21 @@ def cmd_fake_dcgm(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fake_dcgm(args: argparse.Namespace) -> int:
+    from sim.dcgm_text import render_exposition
+    from sim.fleet import FleetSpec, generate_fleet
+
+    try:
+        spec = FleetSpec(nodes=args.nodes, gpus_per_node=args.gpus, profile=args.profile, seed=args.seed)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    body = render_exposition(generate_fleet(spec), hostname_label=args.hostname_label, profiling=args.profiling)
+    return _serve_exposition(args, body, f"fake-dcgm: {args.nodes} nodes x {args.gpus} GPUs ({args.profile})")
+
+
 def cmd_fake_serving(args: argparse.Namespace) -> int:
     import time
 
-    from sim.fake_dcgm import make_server
     from sim.fleet import FleetSpec
     from sim.serving_text import render_serving, synthetic_replicas
 
@@ -265,19 +269,10 @@ def cmd_fake_serving(args: argparse.Namespace) -> int:
     replicas = synthetic_replicas([spec.node_name(i) for i in range(args.nodes)], replicas=args.replicas,
                                   server=args.server, slow=args.slow, seed=args.seed)
     started = time.monotonic()
-    try:
-        # Counters as if the servers had run for ten minutes, so a rate has data from the first scrape.
-        server = make_server(lambda: render_serving(replicas, time.monotonic() - started + 600),
-                             host=args.host, port=args.port)
-    except OSError as error:
-        raise UsageError(f"cannot listen on {args.host}:{args.port}: {error.strerror}") from None
-    print(f"fake-serving: {args.replicas} {args.server} replicas ({args.slow} queueing) on {args.nodes} nodes on "
-          f"http://{args.host}:{server.server_port}/metrics", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    return 0
+    # Counters as if the servers had run for ten minutes, so a rate has data from the first scrape.
+    return _serve_exposition(args, lambda: render_serving(replicas, time.monotonic() - started + 600),
+                             f"fake-serving: {args.replicas} {args.server} replicas ({args.slow} queueing) "
+                             f"on {args.nodes} nodes")
 
 
 def cmd_webhook(args: argparse.Namespace) -> int:

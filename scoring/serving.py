@@ -58,6 +58,14 @@ class ServingReplica:
         return self.peer_pressure is None or self.pressure >= PEER_MARGIN * self.peer_pressure
 
     @property
+    def slowness(self) -> float | None:
+        """How much slower it is than its workload's replicas elsewhere (1.0: as fast); None
+        without peers to compare with. Workload-normalised, so it measures the node."""
+        if self.peer_pressure is None or self.peer_pressure <= 0:
+            return None
+        return self.pressure / self.peer_pressure
+
+    @property
     def pressure(self) -> float:
         """The worst of latency and queue as a share of their targets: 1.0 is exactly on target."""
         shares = [0.0]

@@ -36,6 +36,30 @@ def test_fake_dcgm_serves_dcgm_exporter_shaped_text():
     assert any("pod" in s.labels for s in util), "allocated GPUs carry pod labels"
 
 
+@pytest.mark.parametrize(("server", "families"), [
+    ("vllm", {"vllm:num_requests_waiting", "vllm:time_to_first_token_seconds"}),
+    ("triton", {"nv_inference_pending_request_count", "nv_inference_request_success", "nv_inference_queue_duration_us"}),
+])
+def test_fake_serving_serves_model_server_shaped_text_whose_counters_grow(server, families):
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "gpu_balancer", "fake-serving", "--server", server,
+                                "--replicas", "4", "--slow", "1", "--nodes", "2", "--port", str(port)],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert f"fake-serving: 4 {server} replicas (1 queueing)" in process.stdout.readline()
+        first = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        second = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    parsed = {f.name: f for f in text_string_to_metric_families(first)}
+    assert set(parsed) == families
+    queue = next(f for name, f in parsed.items() if "pending" in name or "waiting" in name)
+    assert sorted(s.value for s in queue.samples) == [1.0, 1.0, 1.0, 30.0]
+    assert {s.labels["node"] for s in queue.samples} == {"gpu-node-00", "gpu-node-01"}
+    assert first != second  # counters are rendered at each scrape
+
+
 def test_a_bad_policy_file_exits_2_naming_the_field(tmp_path, capsys):
     bad = tmp_path / "policy.yaml"
     bad.write_text("apiVersion: gpu-balancer.io/v1alpha1\nkind: BalancerPolicy\nheat: {hotUtilPercent: 200}\n")

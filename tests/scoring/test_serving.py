@@ -111,13 +111,13 @@ def test_serving_settings_decode_from_the_policy_document():
 
 # --- the descheduler ---------------------------------------------------------------------------------
 
-def _slow_node_plan(window: dict, *, cool_slow=False):
+def _slow_node_plan(window: dict, *, cool_slow=False, calm_latency=0.1, calm_replicas=3):
     slow = replica("chat-h-n1", 0.9, workload="chat-h")
-    calm = replica("chat-h-n2", 0.3, workload="chat-h")
+    calm = [replica(f"chat-h-n2-{i}", calm_latency, workload="chat-h") for i in range(calm_replicas)]
     other = ServingReplica("inference", "batch-n1", "vllm", 0.0, 0.1, "TTFT p95", TARGET, "batch")
-    per_node = with_peers({"n1": [slow, other], "n2": [calm]})
+    per_node = with_peers({"n1": [slow, other], "n2": calm})
     snap = snapshot({"n1": [("inference", "chat-h-n1", 1, 40.0), ("inference", "batch-n1", 1, 40.0)],
-                     "n2": [("inference", "chat-h-n2", 1, 20.0)], "n3": []})
+                     "n2": [("inference", r.pod, 1, 20.0) for r in calm], "n3": []})
     snap = replace(snap, nodes=tuple(replace(n, serving=per_node.get(n.name, ()), util_sum=8 * 30.0, util_count=8)
                                      for n in snap.nodes))
     heats = [node_heat(n, HeatPolicy()) for n in snap.nodes]
@@ -125,9 +125,20 @@ def _slow_node_plan(window: dict, *, cool_slow=False):
         heats = [replace(h, reasons=(f"{SLOW_SERVING}: x",), tier=Tier.WARM) if h.name == "n3" else h for h in heats]
     objects = cluster(node_obj("n1"), node_obj("n2"), node_obj("n3"),
                       pod_obj("chat-h-n1", "n1", owner_name="chat-h-5d4f"), pod_obj("batch-n1", "n1", owner_name="b-1"),
-                      pod_obj("chat-h-n2", "n2", owner_name="chat-h-5d4f"))
+                      *(pod_obj(r.pod, "n2", owner_name="chat-h-5d4f") for r in calm))
     return plan_evictions(fleet=fleet(*heats), snapshot=snap, window={}, cluster=objects, ledger=LedgerState(),
                           policy=default_policy().descheduler, now=NOW, serving_window=window)
+
+
+@pytest.mark.parametrize(("calm_latency", "calm_replicas", "why"), [
+    (0.3, 3, "would reach"),  # 60 % of target, each taking a third more traffic: past it
+    (0.1, 0, "only running replica"),
+])
+def test_a_replica_whose_peers_could_not_absorb_its_traffic_stays(calm_latency, calm_replicas, why):
+    plan = _slow_node_plan({("inference", "chat-h-n1"): SustainedServing(1.4, 1.0)}, calm_latency=calm_latency,
+                           calm_replicas=calm_replicas)
+    assert plan.evictions == ()
+    assert any(s.pod == "chat-h-n1" and why in s.reason for s in plan.skipped), plan.skipped
 
 
 def test_a_node_slow_serving_for_the_window_sheds_the_replica_that_misses_its_target_most():
@@ -146,3 +157,14 @@ def test_slow_serving_that_did_not_last_or_is_not_covered_moves_nothing(stats):
 def test_a_replica_never_moves_to_a_node_with_a_slow_serving_verdict():
     plan = _slow_node_plan({("inference", "chat-h-n1"): SustainedServing(1.4, 1.0)}, cool_slow=True)
     assert all(e.reason.endswith("room on n2") for e in plan.evictions)
+
+
+def test_a_node_whose_replicas_are_slower_than_their_peers_elsewhere_ranks_lower():
+    from scoring.placement import base_headroom
+
+    quiet = node_heat(node_with(replica("chat-h-n1", 0.2), replica("chat-h-n2", 0.2)), HeatPolicy())
+    noisy = node_heat(node_with(replica("chat-h-n1", 0.3), replica("chat-h-n2", 0.2)), HeatPolicy())
+    plain = node_heat(NodeTelemetry("n1", 8, util_sum=8 * 20.0, util_count=8, util_max=20.0), HeatPolicy())
+    assert noisy.tier is quiet.tier is Tier.COOL and noisy.serving_slowness == pytest.approx(1.5)
+    assert base_headroom(noisy) == pytest.approx(base_headroom(quiet) / 1.5)
+    assert base_headroom(quiet) == base_headroom(plain)

@@ -49,9 +49,6 @@ class NodeHeat:
     serving_pressure: float | None = None
     """The worst serving replica's figures as a share of its target (1.0 = on target); None when
     no replica on the node reports serving series."""
-    serving_slowness: float | None = None
-    """The median of its replicas' latency against their workloads' replicas on other nodes (1.0:
-    as fast as elsewhere): contention DCGM does not show. None without replicas to compare."""
 
     @property
     def slow_serving(self) -> bool:
@@ -103,15 +100,13 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
     temperature = node.temperature_max_c
     if temperature is not None and temperature >= policy.hot_temperature_c:
         verdicts.append((Tier.HOT, f"GPU temperature {temperature:.0f}°C ≥ {policy.hot_temperature_c:g}°C"))
-    pressure = slowness = None
+    pressure = None
     if node.serving:
         signals += ("serving",)
         # Only a replica its node slows counts: one slow everywhere says nothing about this node.
         bound = [r for r in node.serving if r.node_bound]
         worst = bound[0] if bound else node.serving[0]
         pressure = worst.pressure if bound else 0.0
-        ratios = sorted(r.slowness for r in node.serving if r.slowness is not None)
-        slowness = ratios[len(ratios) // 2] if ratios else None
         if pressure >= 1.0:
             verdicts.append((Tier.HOT, f"{SLOW_SERVING}: {worst.describe()}"))
         elif pressure >= policy.warm_serving_fraction:
@@ -130,7 +125,6 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         reasons=tuple(reason for _, reason in sorted(verdicts, key=lambda v: -v[0])),
         signals=signals,
         serving_pressure=pressure,
-        serving_slowness=slowness,
     )
 
 

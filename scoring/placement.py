@@ -58,9 +58,7 @@ def base_headroom(node: NodeHeat) -> float:
     idle_cycles = 1.0 - node.gpu_util / 100.0
     # Unknown memory ranks on cycles alone rather than as full.
     memory_room = 1.0 - (node.memory_used_fraction or 0.0) / 2.0
-    # Replicas slower here than their peers elsewhere show contention beyond what DCGM sees.
-    serving_room = 1.0 / min(2.0, max(1.0, node.serving_slowness or 1.0))
-    return factor * (0.25 + 0.75 * idle_cycles) * memory_room * serving_room
+    return factor * (0.25 + 0.75 * idle_cycles) * memory_room
 
 
 def preference_weight(relative_headroom: float, rank: int) -> int:

@@ -197,17 +197,17 @@ def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime]
         queries = {name: recording.recorded_query(name, expr, recorded) for name, expr in queries.items()}
     if seen_recently is not None:
         del queries["seen_recently"]
+    joins: dict[str, str] = {}
     if policy.serving.enabled:
-        queries |= serving.serving_queries(policy.serving, policy.prometheus.selector_matchers,
-                                           policy.placement.workload_label)
-    # All queries at once: a refresh then costs one round trip, and a silent Prometheus one timeout.
-    pool = ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="promql")
-    try:
-        answers = {name: _series(rows) for name, rows in zip(queries, pool.map(query, queries.values()))}
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        joins = serving.serving_queries(policy.serving, policy.prometheus.selector_matchers,
+                                        policy.placement.workload_label)
+        queries |= {name: expr for name, expr in joins.items() if name not in serving.JOINS}
+    answers = _all_at_once(query, queries)
     newest = answers.pop("newest_sample")
     serving_rows = {name: answers.pop(name) for name in list(answers) if name.split(":")[0] in serving.ROW_SETS}
+    if any(serving_rows.values()):
+        # The joins scan kube-state-metrics' every pod: only worth it where some server reports.
+        serving_rows |= _all_at_once(query, {name: joins[name] for name in serving.JOINS})
     if seen_recently is None:
         seen_recently = answers.pop("seen_recently")
     snapshot = build_snapshot(
@@ -226,6 +226,15 @@ def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime]
     replicas = serving.replicas_from_rows(serving_rows, policy.serving, policy.placement.workload_label)
     snapshot = serving.with_serving(snapshot, replicas)
     return replace(snapshot, source="recording rules" if recorded else "raw queries"), seen_recently
+
+
+def _all_at_once(query: QueryFn, queries: dict[str, str]) -> dict[str, list[Series]]:
+    """Every query in parallel: a refresh then costs one round trip, and a silent Prometheus one timeout."""
+    pool = ThreadPoolExecutor(max_workers=min(16, len(queries)), thread_name_prefix="promql")
+    try:
+        return {name: _series(rows) for name, rows in zip(queries, pool.map(query, queries.values()))}
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 class SnapshotReader:

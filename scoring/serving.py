@@ -27,6 +27,8 @@ cause: a quarter, well beyond the scatter of equally loaded replicas."""
 
 ROW_SETS = ("queue", "latency", "pod_node", "pod_workload")
 """The names (before any `:server`) of the row sets `serving_queries` returns."""
+JOINS = ("pod_node", "pod_workload")
+"""The row sets that join serving pods to nodes and workloads through kube-state-metrics."""
 
 _POD = "namespace, pod"
 _BY_POD = f"{_POD}, {', '.join(NODE_LABELS)}"
@@ -56,14 +58,6 @@ class ServingReplica:
         its peers elsewhere (or has none to compare with). A workload slow on every node needs
         more replicas, not other nodes; moving or shunning nodes for it only churns."""
         return self.peer_pressure is None or self.pressure >= PEER_MARGIN * self.peer_pressure
-
-    @property
-    def slowness(self) -> float | None:
-        """How much slower it is than its workload's replicas elsewhere (1.0: as fast); None
-        without peers to compare with. Workload-normalised, so it measures the node."""
-        if self.peer_pressure is None or self.peer_pressure <= 0:
-            return None
-        return self.pressure / self.peer_pressure
 
     @property
     def pressure(self) -> float:

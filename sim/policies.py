@@ -176,6 +176,8 @@ class GpuBalancer(Stock):
 
     name = "gpu-balancer"
     reads_serving = False
+    moves_on_serving = True
+    """With `reads_serving`: the descheduler also moves replicas off slow-serving nodes."""
 
     def __init__(self, rng: random.Random, policy: BalancerPolicy | None = None) -> None:
         super().__init__(rng)
@@ -318,7 +320,7 @@ class GpuBalancer(Stock):
         cluster = cluster_from_objects(cluster_objects(world), self.policy.placement)
         now = sim_time(world)
         serving_window = {}
-        if self.reads_serving:
+        if self.reads_serving and self.moves_on_serving:
             observed = world.serving[max(0, len(world.serving) - lag - steps): len(world.serving) - lag]
             serving_window = self._serving_window(world, observed, steps, snapshot)
         plan = plan_evictions(fleet=fleet, snapshot=snapshot, window=window, cluster=cluster, ledger=self.evictions,

@@ -7,6 +7,7 @@ however many metrics a scenario reports; every percentage is the change of the m
 from __future__ import annotations
 
 import json
+import re
 
 from sim.run import PolicyResult
 from sim.seeds import aggregate, change_against_stock
@@ -54,6 +55,16 @@ def _value(metric: str, value: float) -> str:
     return FORMATS.get(metric, "{:.2f}").format(value)
 
 
+def span(low: str, high: str, room: int) -> str:
+    """A range of two formatted figures in at most `room` characters where it can be: ".." if it
+    fits, else an en dash, then one percent sign, then whole numbers."""
+    for text in (f"{low}..{high}", f"{low}–{high}",
+                 f"{low[:-1]}–{high}" if low.endswith("%") and high.endswith("%") else f"{low}–{high}"):
+        if len(text) <= room:
+            return text
+    return re.sub(r"\.\d+", "", text)
+
+
 def figures_of(summary: dict[str, dict[str, dict]], policy: str, metric: str
                ) -> tuple[str, float | None, str, str] | None:
     """One cell's figures as text: the mean, its change against stock (a fraction, for the
@@ -86,7 +97,7 @@ def as_table(scenario: str, seeds: list[int], summary: dict[str, dict[str, dict]
                 continue
             mean, change, low, high = figures
             first.append(mean + (f" {change * 100:+.0f}%" if change is not None else ""))
-            second.append(f"{low}..{high}")
+            second.append(span(low, high, cell - 1))
         lines.append(LABELS.get(metric, (metric,))[0].ljust(label_width) + "".join(c.ljust(cell) for c in first))
         if several:
             lines.append("".ljust(label_width) + "".join(c.ljust(cell) for c in second))

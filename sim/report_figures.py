@@ -107,24 +107,31 @@ def per_seed_changes(by_seed: dict[int, dict[str, PolicyResult]], policy: str, m
     return out
 
 
+def headline_metrics(by_seed: dict[int, dict[str, PolicyResult]]) -> tuple[str, ...]:
+    """`HEADLINE`, and the sensitive services' p99 where the scenario has them."""
+    first = next(iter(next(iter(by_seed.values())).values()))
+    return HEADLINE + (("p99_sensitive_latency_ms",) if "p99_sensitive_latency_ms" in first.metrics else ())
+
+
 def headline(scenario: Scenario, seeds: list[int], by_seed: dict[int, dict[str, PolicyResult]]) -> Figure:
     """Each headline metric's change against stock per policy; whiskers: the range over seeds."""
     policies = [p for p in next(iter(by_seed.values())) if p != "stock"]
+    shown = headline_metrics(by_seed)
     figure, axis = plt.subplots(figsize=(9, 4.5))
     width = 0.8 / max(1, len(policies))
     for i, policy in enumerate(policies):
         means, low, high = [], [], []
-        for metric in HEADLINE:
+        for metric in shown:
             changes = per_seed_changes(by_seed, policy, metric)
             mean = fmean(changes) if changes else 0.0
             means.append(mean)
             low.append(mean - min(changes, default=mean))
             high.append(max(changes, default=mean) - mean)
-        positions = [m + (i - (len(policies) - 1) / 2) * width for m in range(len(HEADLINE))]
+        positions = [m + (i - (len(policies) - 1) / 2) * width for m in range(len(shown))]
         axis.bar(positions, means, width, label=SHORT_NAMES.get(policy, policy), color=COLOURS.get(policy),
                  yerr=[low, high] if len(seeds) > 1 else None, capsize=2)
     axis.axhline(0, color="black", linewidth=0.8)
-    axis.set_xticks(range(len(HEADLINE)), [LABELS[m][0] for m in HEADLINE], fontsize=8)
+    axis.set_xticks(range(len(shown)), [LABELS[m][0] for m in shown], fontsize=8)
     axis.set_ylabel("change against stock (%)  — lower is better")
     whiskers = "; whiskers: range over seeds" if len(seeds) > 1 else ""
     axis.set_title(f"{scenario.name}, {seeds_text(seeds)}: change against the stock scheduler "
@@ -133,4 +140,4 @@ def headline(scenario: Scenario, seeds: list[int], by_seed: dict[int, dict[str, 
     return figure
 
 
-__all__ = ["HEADLINE", "events_of", "headline", "heatmap", "latency_tail", "per_seed_changes", "seeds_text"]
+__all__ = ["HEADLINE", "events_of", "headline", "headline_metrics", "heatmap", "latency_tail", "per_seed_changes", "seeds_text"]

@@ -35,9 +35,10 @@ def weighted_quantile(samples: list[tuple[float, float]], q: float) -> float:
 
 
 def run_policy(scenario: Scenario, policy_name: str, seed: int,
-               progress: Callable[[int], None] | None = None) -> PolicyResult:
+               progress: Callable[[int], None] | None = None, *, policy=None) -> PolicyResult:
+    """One policy's run; `policy` runs a policy object of your own (a variant) under that name."""
     world = build_world(scenario, seed)
-    policy = make_policy(policy_name, seed)
+    policy = policy or make_policy(policy_name, seed)
     ticks = int(scenario.hours * 3600 / scenario.tick_seconds)
     covs, maxima, hot_ticks, pending = [], [], 0, []
     latencies: list[tuple[float, float]] = []

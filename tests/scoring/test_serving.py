@@ -158,13 +158,3 @@ def test_a_replica_never_moves_to_a_node_with_a_slow_serving_verdict():
     plan = _slow_node_plan({("inference", "chat-h-n1"): SustainedServing(1.4, 1.0)}, cool_slow=True)
     assert all(e.reason.endswith("room on n2") for e in plan.evictions)
 
-
-def test_a_node_whose_replicas_are_slower_than_their_peers_elsewhere_ranks_lower():
-    from scoring.placement import base_headroom
-
-    quiet = node_heat(node_with(replica("chat-h-n1", 0.2), replica("chat-h-n2", 0.2)), HeatPolicy())
-    noisy = node_heat(node_with(replica("chat-h-n1", 0.3), replica("chat-h-n2", 0.2)), HeatPolicy())
-    plain = node_heat(NodeTelemetry("n1", 8, util_sum=8 * 20.0, util_count=8, util_max=20.0), HeatPolicy())
-    assert noisy.tier is quiet.tier is Tier.COOL and noisy.serving_slowness == pytest.approx(1.5)
-    assert base_headroom(noisy) == pytest.approx(base_headroom(quiet) / 1.5)
-    assert base_headroom(quiet) == base_headroom(plain)

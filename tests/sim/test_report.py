@@ -111,3 +111,14 @@ def test_the_page_renders_in_headless_chromium(by_seed, tmp_path):
     assert image.size == (1200, 2000)
     colours = image.getcolors(maxcolors=1_000_000) or []
     assert len(colours) > 200, "the page drew text and pictures, not a blank or error page"
+
+
+def test_with_six_policies_every_range_stays_a_cell_of_its_own():
+    policies = ("stock", "stock-gpu-scored", "lownodeutilization", "gpu-balancer", "gpu-balancer-serving", "oracle")
+    wide = {"node_util_cov": (0.240, 0.351), "advice_followed": (0.954, 1.0), "p99_latency_ms": (1976.0, 57056.0)}
+    summary = {p: {m: {"mean": (lo + hi) / 2, "min": lo, "max": hi, "per_seed": {"1": lo, "2": hi}}
+                   for m, (lo, hi) in wide.items()} for p in policies}
+    table = as_table("six", [1, 2], summary).splitlines()
+    assert max(len(line) for line in table) <= WIDTH
+    ranges = [line.split() for line in table if line.startswith(" ") and ("–" in line or ".." in line)]
+    assert len(ranges) == len(wide) and all(len(cells) == len(policies) for cells in ranges), ranges

@@ -91,3 +91,18 @@ def test_the_simulated_replicas_read_through_prometheus_as_the_in_process_path_s
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_report_shows_the_sensitive_services_p99_beside_the_headline_metrics(tmp_path):
+    from sim import report_figures
+    from sim.report_files import write_report
+    from sim.run import compare
+
+    short = replace(SMALL, hours=0.5)
+    by_seed = {seed: compare(short, seed) for seed in (1, 2)}
+    figure = report_figures.headline(short, [1, 2], by_seed)
+    labels = [tick.get_text() for tick in figure.axes[0].get_xticklabels()]
+    assert labels[-1] == "p99 sensitive (ms)" and len(labels) == len(report_figures.HEADLINE) + 1
+    written = write_report(tmp_path, short, by_seed)
+    assert any(path.name == "report.html" for path in written)
+    assert "gpu-balancer-serving" in (tmp_path / "report.html").read_text()

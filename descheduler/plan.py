@@ -22,7 +22,7 @@ from descheduler.cluster import Cluster, NodeInfo, PodInfo
 from descheduler.filters import why_not_evictable
 from descheduler.ledger import LedgerState
 from scoring.feasibility import why_infeasible
-from scoring.heat import FleetHeat, Tier
+from scoring.heat import FleetHeat, NodeHeat, Tier
 from scoring.policy import DeschedulerPolicy
 from scoring.prometheus import WindowStats
 from scoring.serving import ServingReplica, SustainedServing
@@ -102,6 +102,35 @@ def would_overload_peers(replica: ServingReplica, running: int) -> str | None:
     return None
 
 
+def _slow_serving_sources(heat: Mapping[str, NodeHeat], snapshot: ClusterSnapshot,
+                          serving_window: Mapping[tuple[str, str], SustainedServing], policy: DeschedulerPolicy,
+                          exclude: set[str]) -> dict[str, tuple[str, tuple[ServingReplica, ...]]]:
+    """Node → (why it is a source, its replicas over target for the window), worst node first."""
+    found = {}
+    for name, n in heat.items():
+        if n.tier is Tier.HOT and n.slow_serving and name not in exclude and (node := snapshot.by_name.get(name)):
+            reason, over = sustained_slow_serving(node.serving, serving_window, policy)
+            if reason:
+                found[name] = (reason, over)
+    return dict(sorted(found.items(), key=lambda item: (-item[1][1][0].pressure, item[0])))
+
+
+def _serving_victims(candidates: list[tuple[PodInfo, float]], over: tuple[ServingReplica, ...],
+                     running: Counter, skipped: list[Skip]) -> list[tuple[PodInfo, float]]:
+    """The evictable candidates among the replicas over target, the one missing it most first;
+    those whose peers could not absorb their traffic are skipped, with the reason."""
+    order = {(r.namespace, r.pod): i for i, r in enumerate(over)}
+    victims = []
+    for pod, share in candidates:
+        if (index := order.get((pod.namespace, pod.name))) is None:
+            continue
+        if why := would_overload_peers(over[index], running[pod.workload]):
+            skipped.append(Skip(pod.namespace, pod.name, why))
+        else:
+            victims.append((pod, share))
+    return sorted(victims, key=lambda c: order[c[0].namespace, c[0].name])
+
+
 def _contribution(snapshot: ClusterSnapshot, pod: PodInfo) -> float:
     """Points of node mean utilisation this pod's GPUs account for (0 when not measured)."""
     node = snapshot.by_name.get(pod.node)
@@ -117,21 +146,13 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
                    cluster: Cluster, ledger: LedgerState, policy: DeschedulerPolicy, now: datetime,
                    serving_window: Mapping[tuple[str, str], SustainedServing] | None = None) -> Plan:
     heat = {n.name: n for n in fleet.nodes}
-    serving_window = serving_window or {}
     sources = sorted(
         ((name, reason) for name, n in heat.items()
          if n.tier is Tier.HOT and (reason := sustained_hot(name, window.get(name), policy))),
         key=lambda item: -window[item[0]].mean)
     # Nodes hot on their serving figures alone come after those hot on utilisation.
-    slow: dict[str, tuple[ServingReplica, ...]] = {}
-    by_pressure = []
-    for name, n in heat.items():
-        if n.tier is Tier.HOT and n.slow_serving and name not in dict(sources) and (node := snapshot.by_name.get(name)):
-            reason, over = sustained_slow_serving(node.serving, serving_window, policy)
-            if reason:
-                slow[name] = over
-                by_pressure.append((name, reason))
-    sources += sorted(by_pressure, key=lambda item: (-slow[item[0]][0].pressure, item[0]))
+    slow = _slow_serving_sources(heat, snapshot, serving_window or {}, policy, exclude={name for name, _ in sources})
+    sources += [(name, reason) for name, (reason, _) in slow.items()]
     notes: list[str] = []
     if not sources:
         notes.append("no node has been hot over the whole window")
@@ -176,16 +197,7 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
                     pod.namespace, pod.name)
 
         if node_name in slow:  # the replica missing its target most, then the next: one moves
-            order = {(r.namespace, r.pod): r for r in slow[node_name]}
-            ranked = []
-            for pod, share in candidates:
-                if (replica := order.get((pod.namespace, pod.name))) is None:
-                    continue
-                if why := would_overload_peers(replica, replicas[pod.workload]):
-                    skipped.append(Skip(pod.namespace, pod.name, why))
-                else:
-                    ranked.append((pod, share))
-            ranked.sort(key=lambda c: list(order).index((c[0].namespace, c[0].name)))
+            ranked = _serving_victims(candidates, slow[node_name][1], replicas, skipped)
             excess = 1.0
         else:
             ranked = sorted(candidates, key=rank)

@@ -200,6 +200,8 @@ def cmd_recording_rules(args: argparse.Namespace) -> int:
     if args.format == "prometheusrule":
         rules = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
                  "metadata": {"name": "gpu-balancer-recording"}, "spec": rules}
+    elif args.format == "mimir":  # `mimirtool rules load` wants the groups under a namespace
+        rules = {"namespace": "gpu-balancer", **rules}
     print("# gpu-balancer recording rules, generated from the policy (`gpu-balancer recording-rules`)")
     print(yaml.safe_dump(rules, sort_keys=False, width=1000), end="")
     return 0
@@ -573,8 +575,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rules = commands.add_parser("recording-rules", help="print the Prometheus recording rules for this policy")
     rules.add_argument("--config", help="BalancerPolicy YAML file")
-    rules.add_argument("--format", choices=("rules", "prometheusrule"), default="rules",
-                       help="a rule file, or a PrometheusRule for the Prometheus Operator")
+    rules.add_argument("--format", choices=("rules", "prometheusrule", "mimir"), default="rules",
+                       help="a rule file (Prometheus, Thanos Ruler), a PrometheusRule for the Prometheus Operator, "
+                            "or a file for `mimirtool rules load`")
     rules.set_defaults(handler=cmd_recording_rules)
 
     fake = commands.add_parser("fake-dcgm", help="serve a synthetic fleet as dcgm-exporter metrics")

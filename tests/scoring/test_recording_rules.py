@@ -3,6 +3,7 @@ through a real Prometheus into the same snapshot and window as the raw queries."
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import yaml
 
 from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
 from scoring import dcgm, recording
-from scoring.policy import default_policy
+from scoring.policy import default_policy, parse_policy
 from scoring.prometheus import connect, read_snapshot, read_window, recorded_fingerprint, topology_keys
 from sim.fleet import FleetSpec
 from tests.conftest import _require_prometheus
@@ -34,6 +35,25 @@ def test_the_shipped_rules_are_the_shipped_policys():
     shipped = yaml.safe_load((DEPLOY / "components" / "servicemonitor" / "prometheusrule-recording.yaml").read_text())
     assert shipped["kind"] == "PrometheusRule" and shipped["spec"] == yaml.safe_load(generated())
     # promtool checks the file with the alert rules (tests/deploy/test_manifests.py).
+
+
+@pytest.mark.parametrize(("example", "form"), [("thanos-query", "rules"), ("grafana-mimir", "mimir")])
+def test_each_example_overlay_ships_the_rules_of_its_own_policy(example, form):
+    # Their series selector or tenant differs from the base policy's, so the base rules'
+    # fingerprint would not match them: each ships rules generated from its own policy.
+    policy_file = DEPLOY / "examples" / example / "policy.yaml"
+    shipped = (DEPLOY / "examples" / example / "recording.rules.yaml").read_text()
+    assert shipped == generated("--config", str(policy_file), "--format", form)
+    document = yaml.safe_load(shipped)
+    policy = parse_policy(policy_file.read_text())
+    fingerprints = {rule["labels"][recording.FINGERPRINT_LABEL] for group in document["groups"] for rule in group["rules"]}
+    assert fingerprints == {recording.fingerprint(policy, topology_keys(policy))}
+    if form == "mimir":
+        assert document["namespace"] == "gpu-balancer"
+    elif shutil.which("promtool"):
+        check = subprocess.run(["promtool", "check", "rules", "/dev/stdin"], input=shipped, capture_output=True,
+                               text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_the_fingerprint_follows_what_the_rules_bake_in():

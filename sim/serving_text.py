@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+SERVERS = ("vllm", "sglang", "tgi", "triton")
 
 VLLM_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -43,8 +45,30 @@ def _text(labels: Iterable[tuple[str, str]]) -> str:
     return ",".join(f'{k}="{v}"' for k, v in labels)
 
 
+OwnLabels = Callable[[ServedReplica], list[tuple[str, str]]]
+"""The labels a server itself puts on its series (model name, engine, version)."""
+
+_OWN: dict[str, OwnLabels] = {
+    "vllm": lambda r: [("engine", "0"), ("model_name", r.model)],
+    "sglang": lambda r: [("model_name", r.model)],
+    "tgi": lambda r: [],
+    "triton": lambda r: [("model", r.model.rsplit("/", 1)[-1]), ("version", "1")],
+}
+
+
+_HISTOGRAM_SERVERS = (
+    ("vllm", "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+     "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", VLLM_BUCKETS),
+    ("sglang", "sglang:num_queue_reqs", "The number of requests in the waiting queue",
+     "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", SGLANG_BUCKETS),
+    ("tgi", "tgi_queue_size", "Current queue size",
+     "tgi_request_duration", "Total time spent processing the request (e2e latency)", TGI_BUCKETS),
+)
+"""(server, queue gauge and its help, latency histogram and its help, its buckets), as each writes them."""
+
+
 def _histogram(name: str, help_text: str, buckets: Sequence[float], replicas: Sequence[ServedReplica],
-               own: callable, elapsed: float) -> list[str]:
+               own: OwnLabels, elapsed: float) -> list[str]:
     lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
     for replica in replicas:
         labels = _labels(replica, own(replica))
@@ -65,28 +89,16 @@ def _gauge(name: str, help_text: str, kind: str, rows: Iterable[tuple[list[tuple
 
 def render_serving(replicas: Sequence[ServedReplica], elapsed_seconds: float) -> str:
     """One text for all replicas, each family once with its `# HELP` and `# TYPE`."""
-    by_server = {name: [r for r in replicas if r.server == name] for name in ("vllm", "sglang", "tgi", "triton")}
+    by_server = {name: [r for r in replicas if r.server == name] for name in SERVERS}
     elapsed = max(elapsed_seconds, 0.0)
     lines: list[str] = []
-    if vllm := by_server["vllm"]:
-        def own(r): return [("engine", "0"), ("model_name", r.model)]
-        lines += _gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "gauge",
-                        ((_labels(r, own(r)), float(r.queue)) for r in vllm))
-        lines += _histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                            VLLM_BUCKETS, vllm, own, elapsed)
-    if sglang := by_server["sglang"]:
-        def own(r): return [("model_name", r.model)]
-        lines += _gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue", "gauge",
-                        ((_labels(r, own(r)), float(r.queue)) for r in sglang))
-        lines += _histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                            SGLANG_BUCKETS, sglang, own, elapsed)
-    if tgi := by_server["tgi"]:
-        def own(r): return []
-        lines += _gauge("tgi_queue_size", "Current queue size", "gauge", ((_labels(r, []), float(r.queue)) for r in tgi))
-        lines += _histogram("tgi_request_duration", "Total time spent processing the request (e2e latency)",
-                            TGI_BUCKETS, tgi, own, elapsed)
+    for server, queue, queue_help, histogram, histogram_help, buckets in _HISTOGRAM_SERVERS:
+        if served := by_server[server]:
+            own = _OWN[server]
+            lines += _gauge(queue, queue_help, "gauge", ((_labels(r, own(r)), float(r.queue)) for r in served))
+            lines += _histogram(histogram, histogram_help, buckets, served, own, elapsed)
     if triton := by_server["triton"]:
-        def own(r): return [("model", r.model.rsplit("/", 1)[-1]), ("version", "1")]
+        own = _OWN["triton"]
         lines += _gauge("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
                         "counter", ((_labels(r, own(r)), r.requests_per_second * elapsed) for r in triton))
         lines += _gauge("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds "
@@ -104,8 +116,6 @@ def pod_info(replicas: Sequence[ServedReplica], node_of: dict[str, str]) -> str:
              1.0) for r in replicas if r.pod in node_of]
     return "\n".join(_gauge("kube_pod_info", "Information about pod.", "gauge", rows)) + "\n"
 
-
-SERVERS = ("vllm", "sglang", "tgi", "triton")
 
 
 def synthetic_replicas(node_names: Sequence[str], *, replicas: int, server: str, slow: int, seed: int

@@ -22,7 +22,7 @@ from descheduler.cluster import Cluster, NodeInfo, PodInfo
 from descheduler.filters import why_not_evictable
 from descheduler.ledger import LedgerState
 from scoring.feasibility import why_infeasible
-from scoring.heat import FleetHeat, NodeHeat, Tier
+from scoring.heat import SLOW_SERVING, FleetHeat, NodeHeat, Tier
 from scoring.policy import DeschedulerPolicy
 from scoring.prometheus import WindowStats
 from scoring.serving import ServingReplica, SustainedServing
@@ -73,14 +73,13 @@ def sustained_hot(name: str, stats: WindowStats | None, policy: DeschedulerPolic
 def sustained_slow_serving(replicas: tuple[ServingReplica, ...], stats: Mapping[tuple[str, str], SustainedServing],
                            policy: DeschedulerPolicy) -> tuple[str | None, tuple[ServingReplica, ...]]:
     """Why the node counts as sustained slow-serving (or None), and its replicas over target for
-    the window, the one missing its target most first."""
+    the window, in the order given (`NodeTelemetry.serving`: the one missing its target most first)."""
     over = tuple(r for r in replicas if r.node_bound and (s := stats.get((r.namespace, r.pod))) is not None
                  and s.coverage >= policy.min_window_coverage and s.pressure_low >= 1.0)
     if not over:
         return None, ()
-    over = tuple(sorted(over, key=lambda r: (-r.pressure, r.namespace, r.pod)))
     low = stats[over[0].namespace, over[0].pod].pressure_low
-    return (f"slow-serving: {over[0].describe()}; over target for {policy.window_seconds / 60:.0f} min "
+    return (f"{SLOW_SERVING}: {over[0].describe()}; over target for {policy.window_seconds / 60:.0f} min "
             f"(low quantile {low:.0%} of target)"), over
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from scoring.heat import fleet_heat
-from scoring.policy import BalancerPolicy, PolicyError, default_policy, parse_policy, yaml_problem
+from scoring.policy import DEFAULT_SERVERS, BalancerPolicy, PolicyError, default_policy, parse_policy, yaml_problem
 from scoring.prometheus import TelemetryError, connect, read_snapshot, utilisation_selector
 
 
@@ -594,7 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     served = commands.add_parser("fake-serving", help="serve synthetic model-server replicas' queue and latency "
                                  "metrics (vLLM, SGLang, TGI or Triton)")
-    served.add_argument("--server", choices=("vllm", "sglang", "tgi", "triton"), default="vllm")
+    served.add_argument("--server", choices=[server.name for server in DEFAULT_SERVERS], default="vllm")
     served.add_argument("--replicas", type=count(1, 100000), default=16)
     served.add_argument("--slow", type=count(0, 100000), default=2, help="how many replicas queue (miss targets)")
     served.add_argument("--nodes", type=count(1, 20000), default=8, help="spread over fake-dcgm's node names")

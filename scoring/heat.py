@@ -47,8 +47,9 @@ class NodeHeat:
     signals: tuple[str, ...] = ()
     """The signals the verdict rested on (`SIGNALS`, and "serving" when model servers reported)."""
     serving_pressure: float | None = None
-    """The worst serving replica's figures as a share of its target (1.0 = on target); None when
-    no replica on the node reports serving series."""
+    """The figures of the worst replica this node slows (`ServingReplica.node_bound`) as a share
+    of its target (1.0 = on target); 0 when replicas report but none is slowed by this node; None
+    when no replica on the node reports serving series."""
 
     @property
     def slow_serving(self) -> bool:
@@ -104,12 +105,11 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
     if node.serving:
         signals += ("serving",)
         # Only a replica its node slows counts: one slow everywhere says nothing about this node.
-        bound = [r for r in node.serving if r.node_bound]
-        worst = bound[0] if bound else node.serving[0]
-        pressure = worst.pressure if bound else 0.0
-        if pressure >= 1.0:
+        worst = next((r for r in node.serving if r.node_bound), None)  # replicas come worst first
+        pressure = worst.pressure if worst else 0.0
+        if worst and pressure >= 1.0:
             verdicts.append((Tier.HOT, f"{SLOW_SERVING}: {worst.describe()}"))
-        elif pressure >= policy.warm_serving_fraction:
+        elif worst and pressure >= policy.warm_serving_fraction:
             verdicts.append((Tier.WARM, f"{SLOW_SERVING}: {worst.describe()}, at {pressure:.0%} of target"))
 
     return NodeHeat(

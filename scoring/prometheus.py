@@ -21,7 +21,7 @@ from urllib3.util.retry import Retry
 
 from scoring import dcgm, recording, serving
 from scoring.policy import BalancerPolicy, PrometheusConnection
-from scoring.series import Series, build_snapshot, detect_node_label, ksm_label_name
+from scoring.series import Series, build_snapshot, detect_node_label, ksm_label_name, selector
 from scoring.telemetry import ClusterSnapshot
 
 
@@ -66,12 +66,6 @@ QueryFn = Callable[[str], list[dict]]
 _NODE = ", ".join(dcgm.NODE_LABEL_CANDIDATES)
 _WORKLOAD = "exported_pod, exported_namespace, exported_container, pod, namespace, container, job, service"
 """The pod labels, and the target labels that tell the exporter's own pod from a workload."""
-
-
-def selector(metric: str, matchers: str, *extra: str) -> str:
-    """`metric{extra..., matchers}` — the policy's series selector joined into every query."""
-    parts = [*extra, matchers] if matchers else list(extra)
-    return f"{metric}{{{', '.join(parts)}}}"
 
 
 def utilisation_selector(matchers: str, *extra: str) -> str:
@@ -204,7 +198,7 @@ def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime]
         queries |= {name: expr for name, expr in joins.items() if name not in serving.JOINS}
     answers = _all_at_once(query, queries)
     newest = answers.pop("newest_sample")
-    serving_rows = {name: answers.pop(name) for name in list(answers) if name.split(":")[0] in serving.ROW_SETS}
+    serving_rows = {name: answers.pop(name) for name in joins if name in answers}
     if any(serving_rows.values()):
         # The joins scan kube-state-metrics' every pod: only worth it where some server reports.
         serving_rows |= _all_at_once(query, {name: joins[name] for name in serving.JOINS})

@@ -242,6 +242,12 @@ def _by_node_and_name(rows: Sequence[Series], node_of) -> dict[str, dict[str, fl
     return totals
 
 
+def selector(metric: str, matchers: str, *extra: str) -> str:
+    """`metric{extra..., matchers}` — the policy's series selector joined into every query."""
+    parts = [*extra, matchers] if matchers else list(extra)
+    return f"{metric}{{{', '.join(parts)}}}"
+
+
 def ksm_label_name(key: str) -> str:
     """How kube-state-metrics names a node label in `kube_node_labels`: `label_` + sanitised key."""
     return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)

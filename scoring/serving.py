@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from scoring.policy import ServingPolicy, ServingServer, ServingTarget
-from scoring.series import Series, ksm_label_name
+from scoring.series import Series, ksm_label_name, selector
 from scoring.telemetry import ClusterSnapshot
 
 NODE_LABELS = ("node", "kubernetes_node", "nodename")
@@ -25,8 +25,6 @@ PEER_MARGIN = 1.25
 """How much worse than its workload's other replicas a replica must be for its node to be the
 cause: a quarter, well beyond the scatter of equally loaded replicas."""
 
-ROW_SETS = ("queue", "latency", "pod_node", "pod_workload")
-"""The names (before any `:server`) of the row sets `serving_queries` returns."""
 JOINS = ("pod_node", "pod_workload")
 """The row sets that join serving pods to nodes and workloads through kube-state-metrics."""
 
@@ -61,13 +59,7 @@ class ServingReplica:
 
     @property
     def pressure(self) -> float:
-        """The worst of latency and queue as a share of their targets: 1.0 is exactly on target."""
-        shares = [0.0]
-        if self.latency_seconds is not None and self.target.latency_seconds > 0:
-            shares.append(self.latency_seconds / self.target.latency_seconds)
-        if self.queue is not None and self.target.queue_depth > 0:
-            shares.append(self.queue / self.target.queue_depth)
-        return max(shares)
+        return pressure_of(self.latency_seconds, self.queue, self.target)
 
     def describe(self) -> str:
         """e.g. "inference/chat-7 TTFT p95 0.82 s (target 0.50 s), 3 queued (target 8)"."""
@@ -80,15 +72,21 @@ class ServingReplica:
         return f"{self.namespace}/{self.pod} " + ", ".join(parts) + peers
 
 
+def pressure_of(latency_seconds: float | None, queue: float | None, target: ServingTarget) -> float:
+    """The worse of latency and queue as a share of their targets (1.0 is exactly on target); an
+    unknown figure counts for nothing."""
+    shares = [0.0]
+    if latency_seconds is not None and target.latency_seconds > 0:
+        shares.append(latency_seconds / target.latency_seconds)
+    if queue is not None and target.queue_depth > 0:
+        shares.append(queue / target.queue_depth)
+    return max(shares)
+
+
 def latency_label(server: ServingServer, quantile: float) -> str:
     if server.latency_histogram:
         return f"{server.latency_name} p{quantile * 100:g}"
     return f"mean {server.latency_name}"
-
-
-def _selector(metric: str, matchers: str, *extra: str) -> str:
-    parts = [*extra, matchers] if matchers else list(extra)
-    return f"{metric}{{{', '.join(parts)}}}"
 
 
 def latency_expression(server: ServingServer, matchers: str, *, quantile: float, window_seconds: float) -> str:
@@ -96,21 +94,21 @@ def latency_expression(server: ServingServer, matchers: str, *, quantile: float,
     its sum and count counters (Triton exports no latency histogram by default)."""
     window = f"[{int(window_seconds)}s]"
     if server.latency_histogram:
-        buckets = _selector(server.latency_histogram + "_bucket", matchers)
+        buckets = selector(server.latency_histogram + "_bucket", matchers)
         return f"histogram_quantile({quantile:g}, sum by (le, {_BY_POD}) (rate({buckets}{window})))"
-    total = f"sum by ({_BY_POD}) (rate({_selector(server.latency_sum_counter, matchers)}{window}))"
-    count = f"sum by ({_BY_POD}) (rate({_selector(server.latency_count_counter, matchers)}{window}))"
+    total = f"sum by ({_BY_POD}) (rate({selector(server.latency_sum_counter, matchers)}{window}))"
+    count = f"sum by ({_BY_POD}) (rate({selector(server.latency_count_counter, matchers)}{window}))"
     scale = f" * {server.latency_unit_seconds:g}" if server.latency_unit_seconds != 1 else ""
     return f"({total} / {count}){scale}"
 
 
 def queue_expression(server: ServingServer, matchers: str) -> str:
-    return f"max by ({_BY_POD}) ({_selector(server.queue_metric, matchers)})"
+    return f"max by ({_BY_POD}) ({selector(server.queue_metric, matchers)})"
 
 
 def _any_serving_series(policy: ServingPolicy, matchers: str) -> str:
     names = "|".join(s.queue_metric for s in policy.servers if s.queue_metric)
-    return _selector("", matchers, f'__name__=~"{names}"')
+    return selector("", matchers, f'__name__=~"{names}"')
 
 
 def serving_queries(policy: ServingPolicy, matchers: str, workload_label: str) -> dict[str, str]:
@@ -124,10 +122,10 @@ def serving_queries(policy: ServingPolicy, matchers: str, workload_label: str) -
             queries[f"latency:{server.name}"] = latency_expression(
                 server, matchers, quantile=policy.quantile, window_seconds=policy.window_seconds)
     serving = _any_serving_series(policy, matchers)
-    info = _selector("kube_pod_info", matchers, 'node!=""')
+    info = selector("kube_pod_info", matchers, 'node!=""')
     queries["pod_node"] = f"max by ({_POD}, node) ({info} and on ({_POD}) {serving})"
     workload = ksm_label_name(workload_label)
-    labels = _selector("kube_pod_labels", matchers, f'{workload}!=""')
+    labels = selector("kube_pod_labels", matchers, f'{workload}!=""')
     queries["pod_workload"] = f"max by ({_POD}, {workload}) ({labels} and on ({_POD}) {serving})"
     return queries
 
@@ -269,13 +267,7 @@ def sustained_from_rows(rows: Mapping[str, Sequence[Series]], policy: ServingPol
                     entry[kind] = max(entry.get(kind, row.value), row.value)
     out = {}
     for key, values in found.items():
-        target = targets[key]
-        shares = [0.0]
-        if "latency" in values and target.latency_seconds > 0:
-            shares.append(values["latency"] / target.latency_seconds)
-        if "queue" in values and target.queue_depth > 0:
-            shares.append(values["queue"] / target.queue_depth)
         # A queue gauge has a sample at every step; only latency figures can be missing.
         coverage = min(1.0, values["samples"] / steps) if "samples" in values else (1.0 if "queue" in values else 0.0)
-        out[key] = SustainedServing(max(shares), coverage)
+        out[key] = SustainedServing(pressure_of(values.get("latency"), values.get("queue"), targets[key]), coverage)
     return out

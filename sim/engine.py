@@ -392,18 +392,16 @@ def measure(world: World) -> TickSample:
             busy += rho * count
             if pod.service is not None and pod.load > 0:
                 service = world.services[pod.service]
-                if service.sensitive:
-                    mean_ms = _sojourn_ms(pod.load, load + host_load.get(name, 0.0), service)
-                    sensitive_latencies.append((mean_ms * P99_FACTOR, pod.load))
-                    even_ms = _sojourn_ms(pod.load, even_load, service)
-                else:
-                    mean_ms, even_ms = _sojourn_ms(pod.load, load, service), _sojourn_ms(pod.load, even_load, service)
+                # Only the sensitive services feel the twins' host load.
+                felt = load + host_load.get(name, 0.0) if service.sensitive else load
+                mean_ms, busy_share = _sojourn_ms(pod.load, felt, service)
                 latencies.append((mean_ms * P99_FACTOR, pod.load))
-                even_load_latencies.append((even_ms * P99_FACTOR, pod.load))
+                even_load_latencies.append((_sojourn_ms(pod.load, even_load, service)[0] * P99_FACTOR, pod.load))
+                if service.sensitive:
+                    sensitive_latencies.append((mean_ms * P99_FACTOR, pod.load))
                 if exports:
-                    felt = load + (host_load.get(name, 0.0) if service.sensitive else 0.0)
-                    waiting = min(0.99, pod.load / _latency_speed(felt, service))
-                    serving[pod_key(pod.obj)] = (name, waiting * waiting / (1 - waiting), mean_ms * P95_FACTOR / 1000)
+                    waiting = busy_share * busy_share / (1 - busy_share)
+                    serving[pod_key(pod.obj)] = (name, waiting, mean_ms * P95_FACTOR / 1000)
         node_util[name] = 100 * busy / world.units[name]
     world.history.append(node_util)
     world.gpu_util.append(dict(per_gpu))
@@ -423,9 +421,9 @@ def _latency_speed(node_load: float, service: Service) -> float:
     return max(0.05, 1 - CONTENTION * service.latency_contention * max(0.0, node_load - CONTENTION_FROM))
 
 
-def _sojourn_ms(load: float, node_load: float, service: Service) -> float:
-    """Mean time a request spends in the replica (M/M/1 at the replica's busy share)."""
+def _sojourn_ms(load: float, node_load: float, service: Service) -> tuple[float, float]:
+    """Mean time a request spends in the replica (M/M/1), and the busy share ρ it is served at."""
     speed = _latency_speed(node_load, service)
     rho = min(0.99, load / speed)
-    return service.service_time_ms / speed / (1 - rho)
+    return service.service_time_ms / speed / (1 - rho), rho
 

@@ -7,7 +7,6 @@ import json
 import math
 import random
 from collections import Counter, deque
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from descheduler.cluster import cluster_from_objects
@@ -17,8 +16,8 @@ from scoring.feasibility import NodeFacts, constraints_of, taints_from, why_infe
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
 from scoring.prometheus import WindowStats, topology_keys
-from scoring.serving import (ServingReplica, SustainedServing, latency_label, target_for, with_peers,
-                             with_serving, workload_of_pod)
+from scoring.serving import (ServingReplica, SustainedServing, latency_label, pressure_of, target_for,
+                             with_peers, with_serving, workload_of_pod)
 from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
 from scoring.telemetry import GpuSample, PodRef
 from scoring.workloads import gpu_request
@@ -241,18 +240,18 @@ class GpuBalancer(Stock):
                                                                 workload_of_pod(name)))
         return with_peers(per_node)
 
-    def _serving_window(self, world: World, history: list[dict[str, tuple[str, float, float]]], steps: int,
+    def _serving_window(self, history: list[dict[str, tuple[str, float, float]]], steps: int,
                         snapshot) -> dict[tuple[str, str], SustainedServing]:
         """Per replica in the snapshot, the low quantile of its pressure over the window."""
-        d = self.policy.descheduler
         out = {}
         for node in snapshot.nodes:
             for replica in node.serving:
                 key = f"{replica.namespace}/{replica.pod}"
-                pressures = sorted(replace_figures(replica, tick[key]).pressure for tick in history if key in tick)
+                pressures = sorted(pressure_of(ttft, waiting, replica.target)
+                                   for _, waiting, ttft in (tick[key] for tick in history if key in tick))
                 if pressures:
-                    low = pressures[min(len(pressures) - 1, int(d.low_quantile * len(pressures)))]
-                    out[replica.namespace, replica.pod] = SustainedServing(low, len(pressures) / steps)
+                    out[replica.namespace, replica.pod] = SustainedServing(
+                        _low(pressures, self.policy.descheduler.low_quantile), len(pressures) / steps)
         return out
 
     def place(self, world: World, pod: SimPod) -> str | None:
@@ -315,14 +314,13 @@ class GpuBalancer(Stock):
         for name in world.nodes:
             values = sorted(h[name] for h in history if name in h)
             if values:
-                low = values[min(len(values) - 1, int(d.low_quantile * len(values)))]
-                window[name] = WindowStats(sum(values) / len(values), low, len(values) / steps)
+                window[name] = WindowStats(sum(values) / len(values), _low(values, d.low_quantile), len(values) / steps)
         cluster = cluster_from_objects(cluster_objects(world), self.policy.placement)
         now = sim_time(world)
         serving_window = {}
         if self.reads_serving and self.moves_on_serving:
             observed = world.serving[max(0, len(world.serving) - lag - steps): len(world.serving) - lag]
-            serving_window = self._serving_window(world, observed, steps, snapshot)
+            serving_window = self._serving_window(observed, steps, snapshot)
         plan = plan_evictions(fleet=fleet, snapshot=snapshot, window=window, cluster=cluster, ledger=self.evictions,
                               policy=d, now=now, serving_window=serving_window)
         records = []
@@ -342,10 +340,9 @@ class GpuBalancerServing(GpuBalancer):
     reads_serving = True
 
 
-def replace_figures(replica: ServingReplica, observed: tuple[str, float, float]) -> ServingReplica:
-    """The replica as it was at another tick (`World.serving` entry)."""
-    _, waiting, ttft = observed
-    return replace(replica, queue=waiting, latency_seconds=ttft)
+def _low(ordered: list[float], quantile: float) -> float:
+    """The window's low quantile, as the descheduler's windowed queries take it (nearest rank)."""
+    return ordered[min(len(ordered) - 1, int(quantile * len(ordered)))]
 
 
 def make_policy(name: str, seed: int):

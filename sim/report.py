@@ -58,11 +58,10 @@ def _value(metric: str, value: float) -> str:
 def span(low: str, high: str, room: int) -> str:
     """A range of two formatted figures in at most `room` characters where it can be: ".." if it
     fits, else an en dash, then one percent sign, then whole numbers."""
-    for text in (f"{low}..{high}", f"{low}–{high}",
-                 f"{low[:-1]}–{high}" if low.endswith("%") and high.endswith("%") else f"{low}–{high}"):
-        if len(text) <= room:
-            return text
-    return re.sub(r"\.\d+", "", text)
+    candidates = [f"{low}..{high}", f"{low}–{high}"]
+    if low.endswith("%") and high.endswith("%"):
+        candidates.append(f"{low[:-1]}–{high}")
+    return next((text for text in candidates if len(text) <= room), re.sub(r"\.\d+", "", candidates[-1]))
 
 
 def figures_of(summary: dict[str, dict[str, dict]], policy: str, metric: str

@@ -12,7 +12,10 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-SERVERS = ("vllm", "sglang", "tgi", "triton")
+from scoring.policy import DEFAULT_SERVERS
+
+SERVERS = tuple(server.name for server in DEFAULT_SERVERS)
+"""The servers the policy knows, each rendered here as it writes its metrics."""
 
 VLLM_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)

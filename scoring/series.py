@@ -173,7 +173,9 @@ def build_snapshot(
     kinds: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
     util: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0.0])  # sum, count, max
     pod_figures: dict[str, dict[tuple[str, str], list[float]]] = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))
-    for key in units:
+    # In the rows' order, not the set's: float sums that depend on the process's hash seed made
+    # near-equal nodes swap ranks between runs of the same simulated seed.
+    for key in (key for key in per_key if key in units):
         value, labels = per_key[key]
         node = key[0]
         kinds[node][labels.get("modelName", ""), labels.get("GPU_I_PROFILE", "")] += 1

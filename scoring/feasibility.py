@@ -9,11 +9,13 @@ snapshot (`FeasibleSets`).
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scoring.claims import PodClaims, class_of
+from scoring.node_selectors import NodeSelectorTerm, selector_terms
 from scoring.policy import PlacementPolicy
 from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request, is_gpu_resource, parse_quantity
 
@@ -47,46 +49,6 @@ class Toleration:
 
 
 @dataclass(frozen=True, slots=True)
-class Requirement:
-    key: str
-    operator: str
-    values: tuple[str, ...]
-
-    def matches(self, value: str | None) -> bool:
-        """`value` is the node's label (or field) value, None when absent."""
-        op = self.operator
-        if op == "In":
-            return value is not None and value in self.values
-        if op == "NotIn":
-            return value is None or value not in self.values
-        if op == "Exists":
-            return value is not None
-        if op == "DoesNotExist":
-            return value is None
-        if op in ("Gt", "Lt") and value is not None and len(self.values) == 1:
-            # The scheduler parses both sides as integers; anything else never matches.
-            try:
-                have, bound = int(value), int(self.values[0])
-            except ValueError:
-                return False
-            return have > bound if op == "Gt" else have < bound
-        return False
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSelectorTerm:
-    expressions: tuple[Requirement, ...] = ()
-    fields: tuple[Requirement, ...] = ()
-    """Only `metadata.name` is a node field the scheduler knows."""
-
-    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
-        if not self.expressions and not self.fields:
-            return False  # an empty term selects nothing
-        return (all(r.matches(labels.get(r.key)) for r in self.expressions)
-                and all(r.matches(name if r.key == "metadata.name" else None) for r in self.fields))
-
-
-@dataclass(frozen=True, slots=True)
 class NodeFacts:
     """What placement needs of one node, read from its Node object."""
 
@@ -107,16 +69,13 @@ class PodConstraints:
     """ORed; empty means no required node affinity."""
     tolerations: tuple[Toleration, ...] = ()
     units: tuple[tuple[str, int], ...] = ()
-    """(GPU resource, units) needed on one node."""
-
-
-def _strings(values: object) -> tuple[str, ...]:
-    return tuple(str(v) for v in as_list(values) if isinstance(v, (str, int, float)) and not isinstance(v, bool))
-
-
-def _requirements(items: object) -> tuple[Requirement, ...]:
-    return tuple(Requirement(str(e.get("key", "")), str(e.get("operator", "")), _strings(e.get("values")))
-                 for e in as_list(items) if isinstance(e, dict))
+    """(GPU resource, units) needed on one node; DRA devices as `deviceclass/<class>`."""
+    all_of: tuple[str, ...] = ()
+    """DeviceClass resources claimed with `allocationMode: All`: the node needs one, none taken."""
+    alternatives: tuple[tuple[tuple[str, int], ...], ...] = ()
+    """A claim's `firstAvailable` requests: each needs one of its (resource, units) to fit."""
+    allocated_to: tuple[tuple[NodeSelectorTerm, ...], ...] = ()
+    """Allocated named claims' nodes: the node must match each entry's ORed terms."""
 
 
 def taints_from(items: object) -> tuple[Taint, ...]:
@@ -135,19 +94,22 @@ def tolerations_of(pod: Mapping[str, Any]) -> tuple[Toleration, ...]:
                  for t in as_list(as_dict(pod.get("spec")).get("tolerations")) if isinstance(t, dict))
 
 
-def constraints_of(pod: Mapping[str, Any], policy: PlacementPolicy) -> PodConstraints:
-    """The pod's constraints from its JSON; tolerant of missing or mistyped fields."""
+def constraints_of(pod: Mapping[str, Any], policy: PlacementPolicy, claims: PodClaims | None = None) -> PodConstraints:
+    """The pod's constraints from its JSON and its resolved ResourceClaims; tolerant of missing or
+    mistyped fields."""
     spec = as_dict(pod.get("spec"))
     selector = tuple(sorted((str(k), str(v)) for k, v in as_dict(spec.get("nodeSelector")).items()))
     required = as_dict(as_dict(as_dict(spec.get("affinity")).get("nodeAffinity"))
                        .get("requiredDuringSchedulingIgnoredDuringExecution"))
-    terms = tuple(NodeSelectorTerm(_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
-                  for t in as_list(required.get("nodeSelectorTerms")) if isinstance(t, dict))
+    terms = selector_terms(required)
     try:
-        request = gpu_request(dict(pod), policy)
+        request = gpu_request(dict(pod), policy, claims)
     except BadQuantity:
         request = None
-    return PodConstraints(selector, terms, tolerations_of(pod), request.units if request else ())
+    claimed = request.claims if request is not None else None
+    return PodConstraints(selector, terms, tolerations_of(pod), request.units if request else (),
+                          claimed.all_of if claimed else (), claimed.alternatives if claimed else (),
+                          claimed.allocated_to if claimed else ())
 
 
 def node_facts(node: Mapping[str, Any], policy: PlacementPolicy) -> NodeFacts:
@@ -174,7 +136,10 @@ def why_infeasible(pod: PodConstraints, node: NodeFacts, free: Mapping[str, int]
     room = node.allocatable if free is None else free
     for resource, units in pod.units:
         if room.get(resource, 0) < units:
-            return f"NodeResourcesFit: {resource}"
+            return f"DynamicResources: {class_of(resource)}" if class_of(resource) else f"NodeResourcesFit: {resource}"
+    if pod.all_of or pod.alternatives or pod.allocated_to:
+        if (why := _why_claims_do_not_fit(pod, node, room)) is not None:
+            return why
     if any(node.labels.get(key) != value for key, value in pod.node_selector):
         return "NodeAffinity: nodeSelector"
     if pod.required_terms and not any(term.matches(node.name, node.labels) for term in pod.required_terms):
@@ -182,6 +147,21 @@ def why_infeasible(pod: PodConstraints, node: NodeFacts, free: Mapping[str, int]
     for taint in node.taints:
         if taint.effect in FILTERED_EFFECTS and not any(t.tolerates(taint) for t in pod.tolerations):
             return f"TaintToleration: {taint.key}={taint.value}:{taint.effect}"
+    return None
+
+
+def _why_claims_do_not_fit(pod: PodConstraints, node: NodeFacts, room: Mapping[str, int]) -> str | None:
+    for terms in pod.allocated_to:
+        if not any(term.matches(node.name, node.labels) for term in terms):
+            return "DynamicResources: an allocated claim's devices are on other nodes"
+    for resource in pod.all_of:
+        if room.get(resource, 0) < 1 or room.get(resource, 0) < node.allocatable.get(resource, 0):
+            return f"DynamicResources: {class_of(resource)} (allocationMode All needs every device free)"
+    left = Counter(room)
+    left.subtract(dict(pod.units))
+    for group in pod.alternatives:
+        if not any(not resource or left.get(resource, 0) >= units for resource, units in group):
+            return f"DynamicResources: no firstAvailable choice fits ({', '.join(str(class_of(r)) for r, _ in group if r)})"
     return None
 
 

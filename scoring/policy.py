@@ -110,6 +110,30 @@ class HeatPolicy:
 
 
 @dataclass(frozen=True)
+class GpuDeviceClass:
+    """A DRA DeviceClass whose devices are GPUs (or parts of one), and how to find its devices in
+    ResourceSlices without evaluating the class's CEL selectors."""
+
+    name: str = ""
+    """The DeviceClass a claim's request names (`deviceClassName`)."""
+    driver: str = ""
+    """The ResourceSlices' `spec.driver` that publishes this class's devices; empty: devices are
+    not counted from slices, and free capacity comes from telemetry alone."""
+    device_type: str = ""
+    """The devices' `type` attribute (NVIDIA's driver: `gpu` or `mig`); empty matches any."""
+    whole_gpus: bool = True
+    """A device is one whole GPU (false for MIG instances: a part of one)."""
+
+
+DEFAULT_GPU_DEVICE_CLASSES = (
+    GpuDeviceClass("gpu.nvidia.com", "gpu.nvidia.com", "gpu"),
+    GpuDeviceClass("mig.nvidia.com", "gpu.nvidia.com", "mig", whole_gpus=False),
+)
+"""NVIDIA's DRA driver's classes: their selectors are `device.driver == 'gpu.nvidia.com' &&
+device.attributes['gpu.nvidia.com'].type == 'gpu'` (or `'mig'`)."""
+
+
+@dataclass(frozen=True)
 class PlacementPolicy:
     max_preferred_nodes: int = 5
     """K: preferred node terms per pod. Small, because the pod spec must stay small at any fleet
@@ -127,6 +151,11 @@ class PlacementPolicy:
     image pull and one exporter interval before the pod's GPU use appears in DCGM."""
     gpu_resources: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
     """Resource names (a trailing * matches a prefix) that make a pod a GPU pod."""
+    gpu_device_classes: tuple[GpuDeviceClass, ...] = DEFAULT_GPU_DEVICE_CLASSES
+    """DRA DeviceClasses whose devices are GPUs: a pod whose ResourceClaim asks for one is a GPU pod."""
+    compute_domain_device_classes: tuple[str, ...] = ("compute-domain-default-channel.nvidia.com",)
+    """DeviceClasses of NVIDIA ComputeDomain channels (multi-node NVLink): pods sharing a claim
+    template of one of these are one job, packed into one interconnect domain."""
     workload_label: str = "app.kubernetes.io/name"
     """A pod carrying this label is spread across nodes with its peers even without a ReplicaSet."""
     training_label_keys: tuple[str, ...] = (
@@ -318,6 +347,14 @@ def validate_policy(policy: BalancerPolicy) -> None:
     _require(placement.settle_seconds >= 0, "placement.settleSeconds", "must not be negative")
     _require(bool(placement.gpu_resources) and all(placement.gpu_resources), "placement.gpuResources",
              "needs at least one resource name")
+    class_names = [c.name for c in placement.gpu_device_classes]
+    _require(all(class_names) and len(set(class_names)) == len(class_names), "placement.gpuDeviceClasses",
+             "need unique, non-empty names")
+    for i, device_class in enumerate(placement.gpu_device_classes):
+        _require(not device_class.device_type or bool(device_class.driver), f"placement.gpuDeviceClasses[{i}]",
+                 "deviceType needs the driver that publishes the devices")
+    _require(all(placement.compute_domain_device_classes), "placement.computeDomainDeviceClasses",
+             "names must not be empty")
     d = policy.descheduler
     _require(d.step_seconds > 0 and d.window_seconds >= 4 * d.step_seconds, "descheduler.windowSeconds",
              "must cover at least four stepSeconds")

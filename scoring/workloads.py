@@ -7,13 +7,17 @@ untrusted JSON: every accessor tolerates missing or mistyped fields.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scoring.policy import PlacementPolicy
+
+if TYPE_CHECKING:
+    from scoring.claims import PodClaims
 
 MAX_GPUS = 1024
 """No node has more; a larger request is garbage and earns no steering."""
@@ -72,7 +76,9 @@ class GpuRequest:
     """Whole `nvidia.com/gpu`-style GPUs needed on one node. 0 for shared/MIG only."""
     units: tuple[tuple[str, int], ...] = ()
     """(resource, units needed on one node) for every GPU resource asked for in a positive amount,
-    counted as the scheduler counts them (`gpu_request`)."""
+    counted as the scheduler counts them (`gpu_request`); DRA devices as `deviceclass/<class>`."""
+    claims: PodClaims | None = None
+    """What its ResourceClaims ask for, when it names any GPU claim (`scoring.claims`)."""
 
 
 def _is_whole_gpu(resource: str) -> bool:
@@ -99,12 +105,14 @@ def _container_gpus(container: object, patterns: tuple[str, ...]) -> dict[str, D
     return out
 
 
-def gpu_request(pod: dict[str, Any], policy: PlacementPolicy) -> GpuRequest | None:
-    """The pod's GPU needs, or None when it asks for no GPU resource. Raises `BadQuantity`.
+def gpu_request(pod: dict[str, Any], policy: PlacementPolicy, claims: PodClaims | None = None) -> GpuRequest | None:
+    """The pod's GPU needs, or None when it asks for no GPU resource and no GPU claim. Raises
+    `BadQuantity`. `claims` is the pod's resolved ResourceClaims (`scoring.claims.pod_claims`).
 
     Counted as the scheduler counts a pod: app containers summed, sidecars (init containers with
     `restartPolicy: Always`) added to them and to every later init container, and each ordinary
-    init container only raising the peak."""
+    init container only raising the peak. Claimed devices come on top: a claim is allocated for
+    the whole pod, whichever containers use it."""
     spec = as_dict(pod.get("spec"))
     patterns = policy.gpu_resources
     total: dict[str, Decimal] = {}
@@ -124,15 +132,23 @@ def gpu_request(pod: dict[str, Any], policy: PlacementPolicy) -> GpuRequest | No
             wanted = {n: wanted.get(n, Decimal(0)) + sidecars.get(n, Decimal(0)) for n in {*wanted, *sidecars}}
         for name, amount in wanted.items():
             peak[name] = max(peak.get(name, Decimal(0)), amount)
-    if not total and not peak:
+    claimed = claims if claims is not None and claims.asks_for_gpus else None
+    if not total and not peak and claimed is None:
         return None
     units = {name: math.ceil(max(total.get(name, Decimal(0)), peak.get(name, Decimal(0)))) for name in {*total, *peak}}
+    whole = sum(count for name, count in units.items() if _is_whole_gpu(name))
+    if claimed is not None:
+        for name, count in claimed.units:
+            units[name] = units.get(name, 0) + count
+        whole += claimed.whole_gpus
     if any(count > MAX_GPUS for count in units.values()):
         raise BadQuantity(f"pod asks for {max(units.values())} units of a GPU resource")
-    whole = sum(count for name, count in units.items() if _is_whole_gpu(name))
     if whole > MAX_GPUS:
         raise BadQuantity(f"pod asks for {whole} GPUs")
-    return GpuRequest(tuple(sorted(units)), whole, tuple(sorted((r, n) for r, n in units.items() if n > 0)))
+    resources = {*units, *(claimed.all_of if claimed else ()), *(r for group in (claimed.alternatives if claimed else ())
+                                                                for r, _ in group if r)}
+    return GpuRequest(tuple(sorted(resources)), whole, tuple(sorted((r, n) for r, n in units.items() if n > 0)),
+                      claimed)
 
 
 def labels_of(pod: dict[str, Any]) -> dict[str, str]:
@@ -147,9 +163,18 @@ def owner_kind(pod: dict[str, Any]) -> str:
     return ""
 
 
-def training_group(pod: dict[str, Any], policy: PlacementPolicy) -> tuple[str, str] | None:
-    """(label key, value) naming the distributed job this pod belongs to, if any."""
+COMPUTE_DOMAIN_LABEL = "gpu-balancer.io/compute-domain"
+"""Set by the webhook on a pod whose ComputeDomain channel claim names its job, so the packing
+terms can select the job's pods by label."""
+
+
+def training_group(pod: dict[str, Any], policy: PlacementPolicy,
+                   claims: PodClaims | None = None) -> tuple[str, str] | None:
+    """(label key, value) naming the distributed job this pod belongs to, if any: a job label, else
+    the claim template of its ComputeDomain channel (`claims`)."""
     labels = labels_of(pod)
+    if labels.get(COMPUTE_DOMAIN_LABEL):
+        return COMPUTE_DOMAIN_LABEL, labels[COMPUTE_DOMAIN_LABEL]
     for key in policy.training_label_keys:
         if labels.get(key):
             if key == "batch.kubernetes.io/job-name" and "batch.kubernetes.io/job-completion-index" not in labels \
@@ -157,4 +182,13 @@ def training_group(pod: dict[str, Any], policy: PlacementPolicy) -> tuple[str, s
                         as_dict(pod.get("metadata")).get("annotations")):
                 continue  # a plain Job's pods are independent; only Indexed Jobs are groups
             return key, labels[key]
+    if claims is not None and claims.compute_domain:
+        return COMPUTE_DOMAIN_LABEL, compute_domain_label_value(claims.compute_domain)
     return None
+
+
+def compute_domain_label_value(name: str) -> str:
+    """A label value (≤ 63 characters) naming a claim template; long names keep a hash."""
+    if len(name) <= 63:
+        return name
+    return f"{name[:50].rstrip('.-_')}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"

@@ -9,8 +9,9 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.feasibility import (NodeFacts, PodConstraints, Requirement, Taint, Toleration, constraints_of,
-                                 node_facts, why_infeasible)
+from scoring.feasibility import (NodeFacts, PodConstraints, Taint, Toleration, constraints_of, node_facts,
+                                 why_infeasible)
+from scoring.node_selectors import Requirement
 from scoring.heat import FleetHeat, NodeHeat, Tier
 from scoring.placement import index_fleet
 from scoring.policy import PlacementPolicy

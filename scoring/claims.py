@@ -276,35 +276,53 @@ def _device_classes(driver: str, device: Mapping[str, Any], classes: Iterable[Gp
                  if c.driver == driver and (not c.device_type or _attribute(device, driver, "type") == c.device_type))
 
 
-def inventory_from_slices(slices: Iterable[Mapping[str, Any]], policy: PlacementPolicy) -> DeviceInventory:
+@dataclass(frozen=True, slots=True)
+class PublishedSlice:
+    """The part of one ResourceSlice placement keeps: its pool and its GPU devices' nodes."""
+
+    driver: str
+    pool: str
+    generation: int
+    devices: tuple[tuple[str, str, tuple[str, ...]], ...]
+    """(device name, node or "" when it names none, deviceclass/<class> resources it counts in)."""
+
+
+def published_slice(obj: Mapping[str, Any], policy: PlacementPolicy) -> PublishedSlice:
+    spec = as_dict(obj.get("spec"))
+    driver, pool = str(spec.get("driver", "")), as_dict(spec.get("pool"))
+    generation = pool.get("generation", 0)
+    slice_node = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else ""
+    devices = []
+    for device in map(as_dict, as_list(spec.get("devices"))):
+        device = {**device, **as_dict(device.get("basic"))}  # v1beta1 kept the fields under `basic`
+        resources = _device_classes(driver, device, policy.gpu_device_classes)
+        if resources:
+            node = slice_node or device.get("nodeName")
+            devices.append((str(device.get("name", "")), node if isinstance(node, str) else "", resources))
+    return PublishedSlice(driver, str(pool.get("name", "")), generation if isinstance(generation, int) else 0,
+                          tuple(devices))
+
+
+def inventory_from_slices(slices: Iterable[Mapping[str, Any] | PublishedSlice],
+                          policy: PlacementPolicy) -> DeviceInventory:
     """Count the GPU devices of each node. Only a pool's newest generation counts, as the
     scheduler does while a driver republishes its slices."""
-    slices = [as_dict(s.get("spec")) for s in slices]
+    published = [s if isinstance(s, PublishedSlice) else published_slice(s, policy) for s in slices]
     newest: dict[tuple[str, str], int] = {}
-    for spec in slices:
-        pool = as_dict(spec.get("pool"))
-        key = (str(spec.get("driver", "")), str(pool.get("name", "")))
-        generation = pool.get("generation", 0)
-        newest[key] = max(newest.get(key, 0), generation if isinstance(generation, int) else 0)
+    for s in published:
+        newest[s.driver, s.pool] = max(newest.get((s.driver, s.pool), 0), s.generation)
     capacity: dict[str, Counter] = defaultdict(Counter)
     devices: dict[DeviceId, tuple[str, tuple[str, ...]]] = {}
     unplaced = 0
-    for spec in slices:
-        driver, pool = str(spec.get("driver", "")), as_dict(spec.get("pool"))
-        if pool.get("generation", 0) != newest[driver, str(pool.get("name", ""))]:
+    for s in published:
+        if s.generation != newest[s.driver, s.pool]:
             continue
-        for device in as_list(spec.get("devices")):
-            device = as_dict(device)
-            device = {**device, **as_dict(device.get("basic"))}  # v1beta1 kept the fields under `basic`
-            resources = _device_classes(driver, device, policy.gpu_device_classes)
-            if not resources:
-                continue
-            node = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else device.get("nodeName")
-            if not isinstance(node, str) or not node:
+        for name, node, resources in s.devices:
+            if not node:
                 unplaced += 1
                 continue
             capacity[node].update(dict.fromkeys(resources, 1))
-            devices[driver, str(pool.get("name", "")), str(device.get("name", ""))] = (node, resources)
+            devices[s.driver, s.pool, name] = (node, resources)
     return DeviceInventory({n: dict(c) for n, c in capacity.items()}, devices, unplaced)
 
 

@@ -7,9 +7,10 @@ it from its world. Frozen, so one refresh's telemetry and cluster view are judge
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from scoring.claims import EMPTY_BOOK, ClaimBook, DeviceInventory
 from scoring.feasibility import NodeFacts
 
 _EMPTY: Mapping[str, int] = {}
@@ -40,6 +41,8 @@ class ClusterView:
     bound: frozenset[str] = frozenset()
     """namespace/name of every bound, non-terminal GPU pod counted in `held`."""
     taken_at: datetime | None = None
+    claims: ClaimBook = EMPTY_BOOK
+    """ResourceClaimTemplates and ResourceClaims, to count what a DRA pod asks for."""
 
     def free(self, node: str) -> dict[str, int]:
         facts = self.nodes.get(node)
@@ -53,3 +56,13 @@ class ClusterView:
         if facts is None:
             return 0
         return facts.allocatable.get(resource, 0) - self.held.get(node, _EMPTY).get(resource, 0)
+
+
+def with_devices(nodes: Mapping[str, NodeFacts], inventory: DeviceInventory) -> dict[str, NodeFacts]:
+    """The nodes with their ResourceSlices' GPU devices added to `allocatable` as
+    `deviceclass/<class>` units (a node the slices name but the view lacks is left out)."""
+    out = dict(nodes)
+    for name, devices in inventory.capacity.items():
+        if (facts := out.get(name)) is not None:
+            out[name] = replace(facts, allocatable={**facts.allocatable, **devices})
+    return out

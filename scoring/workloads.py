@@ -80,6 +80,19 @@ class GpuRequest:
     claims: PodClaims | None = None
     """What its ResourceClaims ask for, when it names any GPU claim (`scoring.claims`)."""
 
+    def expected_units(self) -> tuple[tuple[str, int], ...]:
+        """The units it will most likely take on its node: `units`, one device of each class it
+        claims with `All` (at least), and each `firstAvailable` request's first choice."""
+        if self.claims is None or not (self.claims.all_of or self.claims.alternatives):
+            return self.units
+        expected = dict(self.units)
+        for resource in self.claims.all_of:
+            expected[resource] = expected.get(resource, 0) + 1
+        for resource, count in (group[0] for group in self.claims.alternatives):
+            if resource:
+                expected[resource] = expected.get(resource, 0) + count
+        return tuple(sorted(expected.items()))
+
 
 def _is_whole_gpu(resource: str) -> bool:
     return "mig-" not in resource and not resource.endswith(".shared")

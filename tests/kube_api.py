@@ -1,9 +1,11 @@
-"""A stateful stand-in for the kube-apiserver's Node and Pod list/watch, on loopback (test I/O).
+"""A stateful stand-in for the kube-apiserver's list/watch of Nodes and Pods, and of DRA's
+ResourceSlices, ResourceClaims and ResourceClaimTemplates (`resource.k8s.io/v1`), on loopback (test I/O).
 
 What the cluster view relies on, served the API server's way: resourceVersions from one counter,
 paginated lists (`limit`/`continue`), watches from a resourceVersion with BOOKMARK events, 410
 Gone (as an ERROR event) for a version older than the compacted history, field selectors of the
-`a=b` / `a!=b` kind, and, for tests, 403 for everything or a watch that drops mid-stream.
+`a=b` / `a!=b` kind, and, for tests, 403 for everything, 404 for the DRA API (a cluster without
+it) or a watch that drops mid-stream.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-PATHS = {"/api/v1/nodes": "nodes", "/api/v1/pods": "pods"}
+DRA = "/apis/resource.k8s.io/v1/"
+PATHS = {"/api/v1/nodes": "nodes", "/api/v1/pods": "pods", DRA + "resourceslices": "resourceslices",
+         DRA + "resourceclaims": "resourceclaims", DRA + "resourceclaimtemplates": "resourceclaimtemplates"}
+CLUSTER_SCOPED = ("nodes", "resourceslices")
+KINDS = {"nodes": "Node", "pods": "Pod", "resourceslices": "ResourceSlice", "resourceclaims": "ResourceClaim",
+         "resourceclaimtemplates": "ResourceClaimTemplate"}
 
 
 def _field(obj: dict[str, Any], path: str) -> str:
@@ -43,7 +50,9 @@ class KubeApi:
     """Objects and their event history; every change bumps the one resourceVersion counter."""
 
     def __init__(self) -> None:
-        self.objects: dict[str, dict[str, dict[str, Any]]] = {"nodes": {}, "pods": {}}
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in PATHS.values()}
+        self.serves_dra = True
+        """False: the DRA paths answer 404, as on a cluster that does not serve resource.k8s.io/v1."""
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []
         self.version = 100
         self.compacted = 0
@@ -56,7 +65,7 @@ class KubeApi:
 
     def _key(self, kind: str, obj: dict[str, Any]) -> str:
         metadata = obj["metadata"]
-        return metadata["name"] if kind == "nodes" else f"{metadata.get('namespace', 'default')}/{metadata['name']}"
+        return metadata["name"] if kind in CLUSTER_SCOPED else f"{metadata.get('namespace', 'default')}/{metadata['name']}"
 
     def put(self, kind: str, obj: dict[str, Any]) -> None:
         with self.changed:
@@ -114,7 +123,7 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
             query = parse_qs(url.query)
             api.requests.append((url.path, query))
             kind = PATHS.get(url.path)
-            if kind is None:
+            if kind is None or (url.path.startswith(DRA) and not api.serves_dra):
                 return self._send(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
             if api.forbidden:
                 return self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden",
@@ -170,7 +179,7 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
                         since = version
                         if event == "BOOKMARK":
                             if bookmarks:
-                                write({"type": "BOOKMARK", "object": {"kind": kind[:-1].title(), "metadata": {
+                                write({"type": "BOOKMARK", "object": {"kind": KINDS[kind], "metadata": {
                                     "resourceVersion": str(version)}}})
                             continue
                         key = api._key(kind, obj)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from scoring.claims import has_resource_claims, pod_claims
 from scoring.feasibility import constraints_of
 from scoring.placement import NO_ADVICE, PlacementIndex, advise, advise_group
 from scoring.policy import PlacementPolicy
@@ -45,20 +46,27 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
     why_exempt = exemption(pod, request.namespace, policy)
     if why_exempt:
         return unchanged("exempt", why_exempt)
+    view = ledger.view
+    claims = pod_claims(pod, view.claims, policy) if view is not None else None
     try:
-        needs = gpu_request(pod, policy)
+        needs = gpu_request(pod, policy, claims)
     except BadQuantity as error:
         return unchanged("bad-quantity", str(error), (f"gpu-balancer: {error}",))
     if needs is None:
+        if claims is not None and claims.missing:
+            return unchanged("claims-unknown", "claims not in the cluster view yet: " + ", ".join(claims.missing))
+        if view is None and has_resource_claims(pod):
+            return unchanged("claims-unknown", "the pod claims devices through DRA and there is no cluster view "
+                                               "to tell whether they are GPUs")
         return unchanged("not-gpu")
 
     # With a cluster view, advice names only nodes the pod could be scheduled on; without one
     # (no API access) it falls back to telemetry alone.
-    constraints = constraints_of(pod, policy) if ledger.view is not None else None
-    units = needs.units or (("nvidia.com/gpu", max(1, needs.whole_gpus)),)
+    constraints = constraints_of(pod, policy, claims) if view is not None else None
+    units = needs.expected_units() or (("nvidia.com/gpu", max(1, needs.whole_gpus)),)
     if index is None or index.stale:
         advice = NO_ADVICE
-    elif group := training_group(pod, policy):
+    elif group := training_group(pod, policy, needs.claims):
         # Ordinary per-node preferences would scatter a distributed job: prefer one domain instead.
         group_key = f"{request.namespace}/{group[0]}={group[1]}"
         advice = advise_group(ledger.feasible_index(index, constraints), gpus_requested=needs.whole_gpus,
@@ -73,7 +81,7 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
                         pending_gpus={}, policy=policy, ranked=ranked, pending_total=promised)
     booking = ledger.booking_id() if advice.preferred and not request.dry_run else None
     mutation = mutate_pod(pod, advice, snapshot_age_seconds=snapshot_age_seconds if index else None, policy=policy,
-                          booking=booking)
+                          booking=booking, claims=needs.claims)
     if booking:
         ledger.record(advice.preferred[0].node, units, now, booking)
     reason = "steered" if advice.preferred else ("no-telemetry" if index is None else "no-room")

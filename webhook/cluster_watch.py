@@ -1,14 +1,17 @@
-"""The webhook's cluster view: paginated list then watch of Nodes and Pods through the Kubernetes
-API (I/O), kept to what placement needs and frozen into a `ClusterView` on each refresh.
+"""The webhook's cluster view: paginated list then watch of Nodes and Pods, and of DRA's
+ResourceSlices, ResourceClaims and ResourceClaimTemplates, through the Kubernetes API (I/O), kept
+to what placement needs and frozen into a `ClusterView` on each refresh.
 
-Two background threads (nodes, pods), never on the admission path. Each lists in pages
+One background thread per kind, never on the admission path. Each lists in pages
 (`limit`/`continue`), then watches from the list's `resourceVersion` with bookmarks, resumes from
 the last version it saw when a stream ends or drops, relists when the server answers 410 Gone,
 and backs off on errors. Pods are listed bound and non-terminal only (a field selector), so a
 pod's binding arrives as its first event; each binding is handed to `on_binding` (the ledger).
 
 Without API access (403, API down) `freeze` returns None and the webhook advises on telemetry
-alone; each change of state is logged once and counted.
+alone; each change of state is logged once and counted. The DRA kinds are optional: where the
+cluster does not serve `resource.k8s.io/v1` (404) or the role does not grant them (403), they
+count as empty, which is logged once, and the view goes on with Nodes and Pods.
 """
 
 from __future__ import annotations
@@ -26,15 +29,24 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from scoring.claims import (ClaimBook, ClaimNeed, DeviceId, PublishedSlice, allocated_devices, class_of,
+                            held_devices, inventory_from_slices, pod_claims, published_slice, resource_claim_need,
+                            template_need)
 from scoring.feasibility import NodeFacts, node_facts
 from scoring.policy import PlacementPolicy
-from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView
+from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView, with_devices
 from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request
 
 log = logging.getLogger("gpu_balancer.webhook.cluster")
 
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 """Pods that hold resources: the scheduler counts a pod from its binding until it ends."""
+
+CORE_KINDS = ("nodes", "pods")
+DRA_KINDS = ("resourceslices", "resourceclaims", "resourceclaimtemplates")
+"""Optional: a cluster without DRA (or a role without these grants) still has a view."""
+OPTIONAL_RETRY_SECONDS = 300.0
+"""How often an absent DRA API (404) or grant (403) is asked about again."""
 
 
 class Gone(Exception):
@@ -71,6 +83,7 @@ class ClusterWatch:
                  request_timeout: float = 30.0, backoff: tuple[float, float] = (0.5, 30.0),
                  grace_seconds: float = 60.0, recent_seconds: float = 120.0) -> None:
         self._core = client.CoreV1Api(api)
+        self._resource = client.ResourceV1Api(api)
         self._policy = policy
         self._on_binding = on_binding
         self._on_state = on_state
@@ -85,8 +98,17 @@ class ClusterWatch:
         self._nodes: dict[str, NodeFacts] = {}
         self._pods: dict[str, _Held] = {}
         self._held: dict[str, Counter] = {}
-        self._synced = {"nodes": False, "pods": False}
-        self._failing_since: dict[str, datetime | None] = {"nodes": None, "pods": None}
+        self._slices: dict[str, PublishedSlice] = {}
+        self._claims: dict[tuple[str, str], ClaimNeed] = {}
+        self._allocations: dict[tuple[str, str], tuple[DeviceId, ...]] = {}
+        self._templates: dict[tuple[str, str], ClaimNeed] = {}
+        self._book = ClaimBook(self._templates, self._claims)
+        """Live (not copied): pod events resolve their claims through it under the lock."""
+        kinds = CORE_KINDS + DRA_KINDS
+        self._synced = dict.fromkeys(kinds, False)
+        self._failing_since: dict[str, datetime | None] = dict.fromkeys(kinds)
+        self.absent: dict[str, str] = {}
+        """DRA kinds counted as empty, and why (not served, not granted)."""
         self._state = "starting"
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -112,15 +134,26 @@ class ClusterWatch:
             if any(since is not None and now - since > self._grace for since in self._failing_since.values()):
                 return None
             if self._dirty or self._frozen is None:
-                self._frozen = ClusterView(dict(self._nodes), {n: dict(c) for n, c in self._held.items()},
-                                           frozenset(self._pods), now)
+                self._frozen = self._view(now)
                 self._dirty = False
             return self._frozen
+
+    def _view(self, now: datetime) -> ClusterView:
+        """Under the lock: DRA devices join the nodes' allocatable and the claims' allocations
+        their held units, as the scheduler's own view counts them."""
+        held = {n: dict(c) for n, c in self._held.items()}
+        nodes: dict[str, NodeFacts] = dict(self._nodes)
+        if self._slices:
+            inventory = inventory_from_slices(self._slices.values(), self._policy)
+            nodes = with_devices(nodes, inventory)
+            for node, devices in held_devices(self._allocations.values(), inventory).items():
+                held.setdefault(node, {}).update(devices)
+        return ClusterView(nodes, held, frozenset(self._pods), now, ClaimBook(dict(self._templates), dict(self._claims)))
 
     # -- running ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        for kind in ("nodes", "pods"):
+        for kind in CORE_KINDS + DRA_KINDS:
             thread = threading.Thread(target=self._run, args=(kind,), name=f"watch-{kind}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -145,12 +178,30 @@ class ClusterWatch:
                     log.info("%s watch: resourceVersion %s expired (410 Gone): relisting", kind, version)
                     version = None
                     continue
+                if kind in DRA_KINDS and isinstance(error, ApiException) and error.status in (403, 404):
+                    self._mark_absent(kind, "not served by this cluster" if error.status == 404 else "not granted")
+                    version = None
+                    self._stop.wait(OPTIONAL_RETRY_SECONDS)
+                    continue
                 self._set_failing(kind, error)
                 self._stop.wait(delay)
                 delay = min(self._backoff[1], delay * 2)
 
+    def _mark_absent(self, kind: str, why: str) -> None:
+        with self._lock:
+            if self.absent.get(kind) != why:
+                log.warning("cluster view: %s %s; DRA pods claiming through them are not counted", kind, why)
+            self.absent[kind] = why
+            self._clear_dra(kind)
+            self._synced[kind] = True
+            self._failing_since[kind] = None
+            self._dirty = True
+
     def _call(self, kind: str, **kwargs: Any) -> Any:
-        method = self._core.list_node if kind == "nodes" else self._core.list_pod_for_all_namespaces
+        method = {"nodes": self._core.list_node, "pods": self._core.list_pod_for_all_namespaces,
+                  "resourceslices": self._resource.list_resource_slice,
+                  "resourceclaims": self._resource.list_resource_claim_for_all_namespaces,
+                  "resourceclaimtemplates": self._resource.list_resource_claim_template_for_all_namespaces}[kind]
         if kind == "pods":
             kwargs["field_selector"] = BOUND_PODS
         return method(_preload_content=False, **kwargs)
@@ -176,12 +227,13 @@ class ClusterWatch:
         with self._lock:
             if kind == "nodes":
                 self._nodes = {}
-                for obj in objects:
-                    self._apply_node("ADDED", obj)
-            else:
+            elif kind == "pods":
                 self._pods, self._held = {}, {}
-                for obj in objects:
-                    self._apply_pod("ADDED", obj, now, relist=True)
+            else:
+                self._clear_dra(kind)
+            for obj in objects:
+                self._apply(kind, "ADDED", obj, now, relist=True)
+            self.absent.pop(kind, None)
             self._synced[kind] = True
             self._dirty = True
         self.relists[kind] += 1
@@ -206,10 +258,7 @@ class ClusterWatch:
                 if kind_of_event == "BOOKMARK":
                     continue
                 with self._lock:
-                    if kind == "nodes":
-                        self._apply_node(str(kind_of_event), obj)
-                    else:
-                        self._apply_pod(str(kind_of_event), obj, self._clock())
+                    self._apply(kind, str(kind_of_event), obj, self._clock())
                     self._dirty = True
         finally:
             response.release_conn()
@@ -226,6 +275,46 @@ class ClusterWatch:
                 yield event
 
     # -- applying objects (under the lock) ----------------------------------------------------
+
+    def _apply(self, kind: str, event: str, obj: dict[str, Any], now: datetime, relist: bool = False) -> None:
+        if kind == "nodes":
+            self._apply_node(event, obj)
+        elif kind == "pods":
+            self._apply_pod(event, obj, now, relist)
+        else:
+            self._apply_dra(kind, event, obj)
+
+    def _clear_dra(self, kind: str) -> None:
+        """Cleared in place: `_book` holds the claim and template dicts."""
+        for state in {"resourceslices": (self._slices,), "resourceclaims": (self._claims, self._allocations),
+                      "resourceclaimtemplates": (self._templates,)}[kind]:
+            state.clear()
+
+    def _apply_dra(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        """Keep only what placement reads: a slice's GPU devices, a claim's need and allocation,
+        a template's need."""
+        metadata = as_dict(obj.get("metadata"))
+        name, namespace = str(metadata.get("name", "")), str(metadata.get("namespace", ""))
+        deleted = event == "DELETED"
+        if kind == "resourceslices":
+            if deleted:
+                self._slices.pop(name, None)
+            else:
+                self._slices[name] = published_slice(obj, self._policy)
+        elif kind == "resourceclaims":
+            if deleted:
+                self._claims.pop((namespace, name), None)
+                self._allocations.pop((namespace, name), None)
+            else:
+                self._claims[namespace, name] = resource_claim_need(obj, self._policy)
+                if devices := allocated_devices(obj):
+                    self._allocations[namespace, name] = devices
+                else:
+                    self._allocations.pop((namespace, name), None)
+        elif deleted:
+            self._templates.pop((namespace, name), None)
+        else:
+            self._templates[namespace, name] = template_need(obj, self._policy)
 
     def _apply_node(self, event: str, obj: dict[str, Any]) -> None:
         name = str(as_dict(obj.get("metadata")).get("name", ""))
@@ -245,14 +334,16 @@ class ClusterWatch:
         if key in self._pods:
             return  # a bound pod's GPU requests and node never change
         try:
-            request = gpu_request(obj, self._policy)
+            request = gpu_request(obj, self._policy, pod_claims(obj, self._book, self._policy))
         except BadQuantity:
             request = None
         units = request.units if request else ()
         if not units:
             return
-        self._pods[key] = _Held(node, units)
-        self._held.setdefault(node, Counter()).update(dict(units))
+        # Claimed devices are held by the claims' allocations (exact, shared claims once), not by pods.
+        extended = tuple((r, n) for r, n in units if class_of(r) is None)
+        self._pods[key] = _Held(node, extended)
+        self._held.setdefault(node, Counter()).update(dict(extended))
         scheduled = self._scheduled_at(obj) or now
         if relist and now - scheduled > self._recent:
             return  # long bound: its load shows in telemetry already

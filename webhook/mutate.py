@@ -14,11 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scoring.claims import PodClaims
 from scoring.placement import NodeAdvice
 from webhook.diff import json_diff
 from scoring.policy import PlacementPolicy
 from scoring.view import BOOKING_ANNOTATION
-from scoring.workloads import training_group
+from scoring.workloads import COMPUTE_DOMAIN_LABEL, training_group
 from webhook.pods import ADVICE_ANNOTATION, replica_selector
 from webhook.review import dump_json
 
@@ -95,7 +96,7 @@ def _names(items: Sequence[object], label: Callable[[object], str]) -> str:
     return shown + (f",+{len(items) - MAX_ANNOTATION_NAMES} more" if len(items) > MAX_ANNOTATION_NAMES else "")
 
 
-_VIEW = (("metadata", ("annotations",)), ("spec", ("affinity", "topologySpreadConstraints")))
+_VIEW = (("metadata", ("annotations", "labels")), ("spec", ("affinity", "topologySpreadConstraints")))
 
 
 def scheduling_view(pod: dict[str, Any]) -> dict[str, Any]:
@@ -109,9 +110,10 @@ def scheduling_view(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds: float | None,
-               policy: PlacementPolicy, booking: str | None = None) -> Mutation:
+               policy: PlacementPolicy, booking: str | None = None, claims: PodClaims | None = None) -> Mutation:
     """Add advice and workload terms to a copy of the pod's scheduling view; return the patch.
-    `booking` is the id of the ledger's provisional booking for this pod, if one is made."""
+    `booking` is the id of the ledger's provisional booking for this pod, if one is made; `claims`
+    its resolved ResourceClaims (a ComputeDomain channel names the job it packs with)."""
     original = scheduling_view(pod)
     mutated = json.loads(dump_json(original))  # a deep copy of JSON data, several times faster than deepcopy
     spec = _child(mutated, "spec", {})
@@ -128,9 +130,11 @@ def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds:
         _add_hard_avoidance(spec, advice)
         terms.append("hard-avoid")
 
-    group = training_group(pod, policy)
+    group = training_group(pod, policy, claims)
     replicas = None if group else replica_selector(pod, policy)
     if group:
+        if group[0] == COMPUTE_DOMAIN_LABEL:  # the label the packing terms select the job's pods by
+            _child(_child(mutated, "metadata", {}), "labels", {})[COMPUTE_DOMAIN_LABEL] = group[1]
         _add_packing(spec, group, policy)
         terms.append("pack")
         parts.append(f"pack {group[0]}={group[1]}")

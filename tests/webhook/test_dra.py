@@ -1,0 +1,172 @@
+"""DRA in the webhook: ResourceSlices, ResourceClaims and templates watched through the real
+`kubernetes` client against the API stand-in, free devices counted exactly, and DRA pods advised
+like device-plugin pods (schema-checked after mutation with kubernetes-validate)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import kubernetes_validate
+import pytest
+
+from scoring.claims import class_resource
+from scoring.heat import FleetHeat, NodeHeat, Tier
+from scoring.placement import index_fleet
+from scoring.view import BOOKING_ANNOTATION
+from tests.dra_objects import (CHANNEL_CLASS, MIG_CLASS, claim, dra_pod, exactly, first_available, gpu_slice,
+                               template)
+from tests.webhook.test_cluster_watch import POLICY, cluster, eventually, node  # noqa: F401 - cluster is a fixture
+from webhook.admit import decide
+from webhook.ledger import SteeringLedger
+from webhook.review import decode_review, patched, pod_review
+
+GPU = class_resource("gpu.nvidia.com")
+NOW = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
+LATEST = kubernetes_validate.latest_version()
+
+
+def dra_node(name: str, pool: str = "h100") -> dict:
+    """A node whose GPUs only DRA publishes: no nvidia.com/gpu allocatable."""
+    obj = node(name, pool=pool)
+    obj["status"]["allocatable"] = {"cpu": "96"}
+    return obj
+
+
+def test_the_test_objects_are_valid_kubernetes_objects():
+    for obj in (template("t", exactly(count=2), first_available((MIG_CLASS, 1), ("gpu.nvidia.com", 1), name="fa")),
+                claim("c", exactly(), allocated=[("n1", "gpu-0")], node="n1"), gpu_slice("n1", 8, migs=2),
+                dra_pod("p", template_name="t")):
+        kubernetes_validate.validate(obj, LATEST, strict=True)
+
+
+def test_slices_and_allocations_give_exact_free_devices_per_node(cluster):
+    api, start, _ = cluster
+    for name in ("n1", "n2"):
+        api.put("nodes", dra_node(name))
+        api.put("resourceslices", gpu_slice(name, 8))
+    api.put("resourceclaims", claim("web-0-gpu-x1", exactly(count=3), owner_pod="web-0",
+                                    allocated=[("n1", f"gpu-{i}") for i in range(3)]))
+    api.put("resourceclaimtemplates", template("two-gpus", exactly(count=2)))
+    watch = start()
+    eventually(lambda: watch.freeze() is not None and watch.freeze().free("n1").get(GPU) == 5)
+    view = watch.freeze()
+    assert view.free("n2") == {GPU: 8} and view.nodes["n1"].allocatable == {GPU: 8}
+    assert ("ml", "two-gpus") in view.claims.templates and watch.absent == {}
+    api.put("resourceclaims", claim("shared", exactly(), allocated=[("n1", "gpu-2"), ("n2", "gpu-0")]))
+    eventually(lambda: watch.freeze().free("n2").get(GPU) == 7)
+    assert watch.freeze().free("n1")[GPU] == 5, "a device two claims name is held once"
+    api.delete("resourceclaims", "ml/web-0-gpu-x1")
+    eventually(lambda: watch.freeze().free("n1").get(GPU) == 7)
+    api.put("resourceslices", gpu_slice("n2", 4, generation=2, name="n2-gen2"))  # the driver republishes
+    eventually(lambda: watch.freeze().nodes["n2"].allocatable.get(GPU) == 4)
+
+
+def test_a_bound_dra_pod_is_a_binding_with_its_claimed_devices_held_once(cluster):
+    api, start, bindings = cluster
+    api.put("nodes", dra_node("n1"))
+    api.put("resourceslices", gpu_slice("n1", 8))
+    api.put("resourceclaimtemplates", template("two-gpus", exactly(count=2)))
+    watch = start()
+    eventually(lambda: watch.freeze() is not None and watch.freeze().claims.templates)
+    api.put("resourceclaims", claim("web-1-gpu-ab", exactly(count=2), owner_pod="web-1",
+                                    allocated=[("n1", "gpu-0"), ("n1", "gpu-1")]))
+    bound = dra_pod("web-1", template_name="two-gpus", node="n1")
+    bound["metadata"]["annotations"] = {BOOKING_ANNOTATION: "r1-3"}
+    api.put("pods", bound)
+    eventually(lambda: bindings)
+    assert [(b.pod, b.node, b.units, b.booking) for b in bindings] == [("ml/web-1", "n1", ((GPU, 2),), "r1-3")]
+    eventually(lambda: watch.freeze().free("n1")[GPU] == 6)
+    assert "ml/web-1" in watch.freeze().bound
+
+
+def test_a_cluster_without_the_dra_api_still_has_a_view(cluster):
+    api, start, _ = cluster
+    api.serves_dra = False
+    api.put("nodes", node("n1"))
+    watch = start()
+    eventually(lambda: watch.freeze() is not None)
+    assert watch.state == "ok" and watch.freeze().free("n1") == {"nvidia.com/gpu": 8}
+    eventually(lambda: len(watch.absent) == 3)
+    assert set(watch.absent.values()) == {"not served by this cluster"}
+
+
+def admit(obj: dict, index, ledger: SteeringLedger):
+    decision = decide(decode_review(json.dumps(pod_review(obj)).encode()), index=index, telemetry_time=NOW,
+                      snapshot_age_seconds=5.0, ledger=ledger, policy=POLICY, now=NOW + timedelta(seconds=1))
+    return decision, patched(obj, decision.review)
+
+
+def preferred(pod: dict) -> list[str]:
+    terms = pod["spec"].get("affinity", {}).get("nodeAffinity", {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution", [])
+    return [t["preference"]["matchFields"][0]["values"][0] for t in terms]
+
+
+@pytest.fixture
+def dra_fleet(cluster):
+    """Eight idle DRA nodes: four with every GPU claimed (the scheduler's view says full),
+    four with all eight free; two MIG nodes. Returns (api, index, ledger)."""
+    api, start, _ = cluster
+    utils = {}
+    for i in range(8):
+        api.put("nodes", dra_node(f"h100-{i}"))
+        api.put("resourceslices", gpu_slice(f"h100-{i}", 8))
+        utils[f"h100-{i}"] = 5.0 + i
+        if i < 4:
+            api.put("resourceclaims", claim(f"full-{i}", exactly(count=8),
+                                            allocated=[(f"h100-{i}", f"gpu-{g}") for g in range(8)]))
+    for i in range(2):
+        api.put("nodes", dra_node(f"mig-{i}", pool="mig"))
+        api.put("resourceslices", gpu_slice(f"mig-{i}", 0, migs=7))
+        utils[f"mig-{i}"] = 1.0
+    api.put("resourceclaimtemplates", template("one-gpu", exactly()))
+    api.put("resourceclaimtemplates", template("one-mig", exactly(MIG_CLASS, 1)))
+    api.put("resourceclaimtemplates", template("nic", exactly("sriov.example.com", 1)))
+    api.put("resourceclaimtemplates", template("channel", exactly(CHANNEL_CLASS, 1, name="channel")))
+    watch = start(clock=lambda: NOW)
+    eventually(lambda: watch.freeze() is not None and len(watch.freeze().claims.templates) == 4
+               and len(watch.freeze().nodes) == 10 and watch.freeze().free("h100-3").get(GPU) == 0)
+    heat = FleetHeat(NOW, False, 5.0, tuple(NodeHeat(n, 8, 0, u, u, 0.3, 50.0, None, Tier.COOL, ())
+                                            for n, u in utils.items()))
+    index = index_fleet(heat)
+    ledger = SteeringLedger(45, replica="a-")
+    ledger.prepare(index, watch.freeze())
+    return api, index, ledger
+
+
+def test_a_dra_pod_is_advised_only_to_nodes_with_free_devices_of_its_class(dra_fleet):
+    _, index, ledger = dra_fleet
+    decision, gpu = admit(dra_pod("svc-a", template_name="one-gpu"), index, ledger)
+    assert decision.reason == "steered", decision
+    names = preferred(gpu)
+    assert names and set(names) <= {f"h100-{i}" for i in range(4, 8)}, names
+    assert gpu["spec"]["topologySpreadConstraints"], "replicas are spread as for device-plugin pods"
+    kubernetes_validate.validate(gpu, LATEST, strict=True)
+    _, mig = admit(dra_pod("svc-m", template_name="one-mig"), index, ledger)
+    assert set(preferred(mig)) <= {"mig-0", "mig-1"} and preferred(mig)
+    assert ledger.pending(NOW), "the steered pod's devices are booked"
+
+
+def test_a_pod_with_no_gpu_claim_or_an_unknown_one_is_left_alone(dra_fleet):
+    _, index, ledger = dra_fleet
+    decision, pod = admit(dra_pod("nic-user", template_name="nic"), index, ledger)
+    assert (decision.outcome, decision.reason) == ("unchanged", "not-gpu") and "affinity" not in pod["spec"]
+    decision, _ = admit(dra_pod("early", template_name="not-yet"), index, ledger)
+    assert (decision.outcome, decision.reason) == ("unchanged", "claims-unknown") and "not-yet" in decision.detail
+    blind = SteeringLedger(45)
+    blind.prepare(index, None)
+    decision, _ = admit(dra_pod("blind", template_name="one-gpu"), index, blind)
+    assert decision.reason == "claims-unknown" and decision.review["response"]["allowed"] is True
+
+
+def test_pods_sharing_a_compute_domain_channel_are_packed_by_it(dra_fleet):
+    _, index, ledger = dra_fleet
+    worker = dra_pod("worker-0", template_name="one-gpu", owner=("StatefulSet", "job"), labels={"app": "job"},
+                     extra_claims=[{"name": "channel", "resourceClaimTemplateName": "channel"}])
+    decision, pod = admit(worker, index, ledger)
+    assert pod["metadata"]["labels"]["gpu-balancer.io/compute-domain"] == "channel"
+    terms = pod["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert terms[0]["podAffinityTerm"]["labelSelector"] == {"matchLabels": {"gpu-balancer.io/compute-domain": "channel"}}
+    assert "pack gpu-balancer.io/compute-domain=channel" in decision.detail
+    kubernetes_validate.validate(pod, LATEST, strict=True)

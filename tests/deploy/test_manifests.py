@@ -111,8 +111,12 @@ def test_rbac_is_least_privilege(base):
             ("namespaces", "list")} <= grants
     assert not any(v in ("delete", "update", "patch") for r, v in grants if r == "pods")
     (webhook,) = find(base, "ClusterRole", "gpu-balancer-webhook")
+    dra = ("resourceslices", "resourceclaims", "resourceclaimtemplates")
     assert {(r, v) for rule in webhook["rules"] for r in rule["resources"] for v in rule["verbs"]} == {
-        (r, v) for r in ("nodes", "pods") for v in ("get", "list", "watch")}, "the cluster view reads, nothing more"
+        (r, v) for r in ("nodes", "pods") for v in ("get", "list", "watch")} | {
+        (r, v) for r in dra for v in ("list", "watch")}, "the cluster view reads, nothing more"
+    assert all(rule["apiGroups"] == ["resource.k8s.io"] for rule in webhook["rules"] if set(rule["resources"]) & set(dra))
+    assert {(r, "list") for r in dra} <= grants and not any(v != "list" for r, v in grants if r in dra)
     (binding,) = find(base, "ClusterRoleBinding", "gpu-balancer-webhook")
     assert binding["subjects"][0]["name"] == "gpu-balancer-webhook"
 
@@ -338,3 +342,39 @@ def test_example_overlays_render_validate_and_mount_every_file_their_policy_read
     if policy.prometheus.ca_file:
         volumes = {v["name"]: v for v in templates["gpu-balancer-webhook"]["volumes"]}
         assert volumes["prometheus-ca"]["configMap"]["name"] == "gpu-balancer-prometheus-ca"
+
+
+def _match_condition(base):
+    import celpy
+
+    (config,) = find(base, "MutatingWebhookConfiguration")
+    (condition,) = config["webhooks"][0]["matchConditions"]
+    environment = celpy.Environment()
+    program = environment.program(environment.compile(condition["expression"]))
+    return lambda pod: bool(program.evaluate({"object": celpy.json_to_cel(pod)}))
+
+
+def _pod(containers, init=None, claims=None):
+    spec = {"containers": containers}
+    if init is not None:
+        spec["initContainers"] = init
+    if claims is not None:
+        spec["resourceClaims"] = claims
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+
+def test_the_match_condition_sends_device_plugin_and_dra_pods_and_nothing_else(base):
+    """The CEL expression evaluated (cel-python) on pods of every kind it must tell apart."""
+    from tests.dra_objects import dra_pod
+
+    matches = _match_condition(base)
+    cpu = {"name": "c", "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}}}
+    gpu = {"name": "g", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    mig = {"name": "m", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}
+    shared = {"name": "s", "resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}
+    assert matches(_pod([gpu])) and matches(_pod([cpu, mig])) and matches(_pod([shared]))
+    assert matches(_pod([cpu], init=[gpu])), "a sidecar's GPU counts"
+    assert matches(dra_pod("d", template_name="gpus")) and matches(dra_pod("n", claim_name="shared"))
+    assert not matches(_pod([cpu])) and not matches(_pod([{"name": "bare"}]))
+    assert not matches(_pod([cpu], init=[cpu], claims=[])), "an empty claims list claims nothing"
+    assert not matches(_pod([{"name": "x", "resources": {"limits": {"example.com/fpga": "1"}}}]))

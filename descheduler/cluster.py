@@ -1,6 +1,7 @@
 """The cluster as the planner sees it: pods and nodes from Kubernetes JSON, frozen. Pure, no I/O.
 
-Input is what `kubectl get namespaces,nodes,pods -A -o json` prints (or the same objects read from the API).
+Input is what `kubectl get namespaces,nodes,pods -A -o json` prints (or the same objects read from the API),
+with DRA's ResourceSlices, ResourceClaims and ResourceClaimTemplates where the cluster has them.
 """
 
 from __future__ import annotations
@@ -11,9 +12,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from scoring.claims import (EMPTY_BOOK, ClaimBook, allocated_devices, book_from_objects, class_of, held_devices,
+                            inventory_from_slices, pod_claims)
 from scoring.feasibility import NodeFacts, PodConstraints, constraints_of, node_facts
 from scoring.policy import OptInPolicy, PlacementPolicy
-from scoring.workloads import as_dict, as_list, labels_of, training_group
+from scoring.view import with_devices
+from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request, labels_of, training_group
+
+DRA_KINDS = ("ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
 
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 
@@ -30,7 +36,8 @@ class PodInfo:
     priority: int
     annotations: dict[str, str] = field(hash=False, compare=False)
     gpu_resources: tuple[tuple[str, int], ...]
-    """(resource, count) the pod requests, e.g. (("nvidia.com/gpu", 2),)."""
+    """(resource, count) the pod requests, e.g. (("nvidia.com/gpu", 2),); claimed DRA devices as
+    (("deviceclass/gpu.nvidia.com", 2),)."""
     local_storage: bool
     mirror: bool
     training_group: tuple[str, str] | None
@@ -38,6 +45,8 @@ class PodInfo:
     """namespace/kind/name of the controller that recreates it (a Deployment for ReplicaSet pods)."""
     constraints: PodConstraints = field(default_factory=PodConstraints, hash=False, compare=False)
     """Where its replacement could be scheduled: selector, affinity, tolerations, GPU units."""
+    shared_claims: tuple[str, ...] = ()
+    """GPU ResourceClaims it names directly: their devices stay with the claim, not the pod."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +66,8 @@ class Cluster:
     opted_in_namespaces: frozenset[str] | None = None
     """Namespaces carrying the opt-in label; None when no Namespace objects were read, so the
     opt-in cannot be checked and no pod may be evicted."""
+    devices_held: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Node → deviceclass/<class> → DRA devices held by claims' allocations."""
 
     def why_namespace_excluded(self, namespace: str) -> str | None:
         """None when pods of `namespace` may be evicted; otherwise why not."""
@@ -80,9 +91,12 @@ class Cluster:
     def free(self) -> dict[str, Counter]:
         """Node → GPU resources not requested by its active pods."""
         used: dict[str, Counter] = defaultdict(Counter)
+        for node, devices in self.devices_held.items():
+            used[node].update(devices)
         for pod in self.pods:
             if pod.phase in ("Pending", "Running") and pod.node:
-                used[pod.node].update(dict(pod.gpu_resources))
+                # A claimed device is held by its claim's allocation, counted above.
+                used[pod.node].update({r: n for r, n in pod.gpu_resources if class_of(r) is None})
         return {name: Counter({r: n - used[name][r] for r, n in node.allocatable.items()})
                 for name, node in self.nodes.items()}
 
@@ -97,13 +111,18 @@ def _workload(namespace: str, owner_kind: str, owner_name: str, labels: dict[str
     return f"{namespace}/{owner_kind or 'Pod'}/{owner_name}"
 
 
-def pod_info(obj: dict[str, Any], policy: PlacementPolicy) -> PodInfo:
+def pod_info(obj: dict[str, Any], policy: PlacementPolicy, book: ClaimBook = EMPTY_BOOK) -> PodInfo:
     metadata, spec, status = as_dict(obj.get("metadata")), as_dict(obj.get("spec")), as_dict(obj.get("status"))
     owner = next((r for r in as_list(metadata.get("ownerReferences")) if isinstance(r, dict) and r.get("controller")),
                  {})
     annotations = {k: v for k, v in as_dict(metadata.get("annotations")).items() if isinstance(v, str)}
     labels = labels_of(obj)
-    constraints = constraints_of(obj, policy)
+    claims = pod_claims(obj, book, policy)
+    constraints = constraints_of(obj, policy, claims)
+    try:
+        request = gpu_request(obj, policy, claims)
+    except BadQuantity:
+        request = None
     volumes = as_list(spec.get("volumes"))
     namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
     owner_kind, owner_name = str(owner.get("kind", "")), str(owner.get("name", ""))
@@ -111,12 +130,13 @@ def pod_info(obj: dict[str, Any], policy: PlacementPolicy) -> PodInfo:
         namespace=namespace, name=name, node=str(spec.get("nodeName", "")), phase=str(status.get("phase", "")),
         terminating=bool(metadata.get("deletionTimestamp")), owner_kind=owner_kind, owner_name=owner_name,
         priority=int(spec.get("priority", 0) or 0), annotations=annotations,
-        gpu_resources=constraints.units,
+        gpu_resources=request.expected_units() if request else (),
         local_storage=any(isinstance(v, dict) and ("emptyDir" in v or "hostPath" in v) for v in volumes),
         mirror="kubernetes.io/config.mirror" in annotations,
-        training_group=training_group(obj, policy),
+        training_group=training_group(obj, policy, claims),
         workload=_workload(namespace, owner_kind, owner_name, labels),
         constraints=constraints,
+        shared_claims=claims.named if claims else (),
     )
 
 
@@ -133,12 +153,16 @@ def namespace_object(name: str, opt_in: OptInPolicy | None = None) -> dict[str, 
 
 def cluster_from_objects(items: Iterable[dict[str, Any]], policy: PlacementPolicy,
                          opt_in: OptInPolicy | None = None) -> Cluster:
+    """Pods are read once every claim and template is known (a list may name them in any order)."""
     opt_in = opt_in or OptInPolicy()
     nodes: dict[str, NodeInfo] = {}
-    pods: list[PodInfo] = []
+    pod_objects: list[dict[str, Any]] = []
+    dra: dict[str, list[dict[str, Any]]] = {kind: [] for kind in DRA_KINDS}
     namespaces: set[str] | None = None
     for obj in items:
         kind = obj.get("kind") if isinstance(obj, dict) else None
+        if kind in dra:
+            dra[kind].append(obj)
         if kind == "Namespace":
             namespaces = set() if namespaces is None else namespaces
             metadata = as_dict(obj.get("metadata"))
@@ -148,12 +172,22 @@ def cluster_from_objects(items: Iterable[dict[str, Any]], policy: PlacementPolic
             node = node_info(obj, policy)
             nodes[node.name] = node
         elif kind == "Pod":
-            pods.append(pod_info(obj, policy))
-    return Cluster(nodes, tuple(pods), None if namespaces is None else frozenset(namespaces))
+            pod_objects.append(obj)
+    book = book_from_objects(dra["ResourceClaimTemplate"] + dra["ResourceClaim"], policy)
+    inventory = inventory_from_slices(dra["ResourceSlice"], policy)
+    if inventory.capacity:
+        facts = with_devices({name: n.facts for name, n in nodes.items() if n.facts is not None}, inventory)
+        nodes = {name: NodeInfo(name, {k: v for k, v in facts[name].allocatable.items() if v > 0}, n.unschedulable,
+                                facts[name]) if name in facts else n for name, n in nodes.items()}
+    held = held_devices((allocated_devices(c) for c in dra["ResourceClaim"]), inventory)
+    pods = tuple(pod_info(obj, policy, book) for obj in pod_objects)
+    return Cluster(nodes, pods, None if namespaces is None else frozenset(namespaces),
+                   {node: dict(devices) for node, devices in held.items()})
 
 
 def cluster_from_list(document: Any, policy: PlacementPolicy, opt_in: OptInPolicy | None = None) -> Cluster:
-    """From `kubectl get namespaces,nodes,pods -A -o json` output; raises ValueError on anything else."""
+    """From `kubectl get namespaces,nodes,pods -A -o json` output (add `resourceslices,resourceclaims,
+    resourceclaimtemplates` on a DRA cluster); raises ValueError on anything else."""
     if not isinstance(document, dict) or not isinstance(document.get("items"), list):
         raise ValueError("expected the JSON of `kubectl get namespaces,nodes,pods -A -o json` (a List with items)")
     return cluster_from_objects(document["items"], policy, opt_in)

@@ -29,6 +29,10 @@ def why_not_evictable(pod: PodInfo, policy: DeschedulerPolicy) -> str | None:
         return "uses local storage (emptyDir/hostPath)"
     if pod.training_group and pod.annotations.get(EVICTABLE) != "true":
         return f"member of distributed job {pod.training_group[1]}"
+    if pod.shared_claims:
+        return (f"its GPUs come from the shared ResourceClaim {', '.join(pod.shared_claims)}: the devices stay "
+                "with the claim, so a replacement could only return to this node (claims made from a "
+                "template move with the pod)")
     if not pod.gpu_resources:
         return "requests no GPU"
     return None

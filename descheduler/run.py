@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -17,6 +18,8 @@ from descheduler.summary import RunSummary, summarise
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy
 from scoring.prometheus import QueryFn, TelemetryError, read_serving_window, read_snapshot, read_window
+
+log = logging.getLogger("gpu_balancer.descheduler")
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,26 @@ def live_cluster(core: client.CoreV1Api, policy: BalancerPolicy) -> Cluster:
     namespaces = [dict(serialise(n), kind="Namespace") for n in core.list_namespace().items]
     nodes = [dict(serialise(n), kind="Node") for n in core.list_node().items]
     pods = [dict(serialise(p), kind="Pod") for p in core.list_pod_for_all_namespaces().items]
-    return cluster_from_objects(namespaces + nodes + pods, policy.placement, policy.opt_in)
+    return cluster_from_objects(namespaces + nodes + _dra_objects(client.ResourceV1Api(core.api_client)) + pods,
+                                policy.placement, policy.opt_in)
+
+
+def _dra_objects(resource: client.ResourceV1Api) -> list[dict]:
+    """ResourceSlices, ResourceClaims and templates; none where the cluster does not serve DRA
+    (404) or the role lacks the grant (403): DRA pods then count as asking for no GPU, never moved."""
+    serialise = resource.api_client.sanitize_for_serialization
+    objects: list[dict] = []
+    for kind, list_all in (("ResourceSlice", resource.list_resource_slice),
+                           ("ResourceClaim", resource.list_resource_claim_for_all_namespaces),
+                           ("ResourceClaimTemplate", resource.list_resource_claim_template_for_all_namespaces)):
+        try:
+            objects += [dict(serialise(o), kind=kind) for o in list_all().items]
+        except client.ApiException as error:
+            if error.status not in (403, 404):
+                raise
+            log.warning("cannot list %ss (%s): pods claiming GPUs through DRA are left alone", kind,
+                        "not served" if error.status == 404 else "forbidden")
+    return objects
 
 
 def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: Callable[[], datetime],

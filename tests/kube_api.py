@@ -1,4 +1,4 @@
-"""A stateful stand-in for the kube-apiserver's list/watch of Nodes and Pods, and of DRA's
+"""A stateful stand-in for the kube-apiserver's list/watch of Namespaces, Nodes and Pods, and of DRA's
 ResourceSlices, ResourceClaims and ResourceClaimTemplates (`resource.k8s.io/v1`), on loopback (test I/O).
 
 What the cluster view relies on, served the API server's way: resourceVersions from one counter,
@@ -19,10 +19,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 DRA = "/apis/resource.k8s.io/v1/"
-PATHS = {"/api/v1/nodes": "nodes", "/api/v1/pods": "pods", DRA + "resourceslices": "resourceslices",
+PATHS = {"/api/v1/namespaces": "namespaces", "/api/v1/nodes": "nodes", "/api/v1/pods": "pods", DRA + "resourceslices": "resourceslices",
          DRA + "resourceclaims": "resourceclaims", DRA + "resourceclaimtemplates": "resourceclaimtemplates"}
-CLUSTER_SCOPED = ("nodes", "resourceslices")
-KINDS = {"nodes": "Node", "pods": "Pod", "resourceslices": "ResourceSlice", "resourceclaims": "ResourceClaim",
+CLUSTER_SCOPED = ("namespaces", "nodes", "resourceslices")
+KINDS = {"namespaces": "Namespace", "nodes": "Node", "pods": "Pod", "resourceslices": "ResourceSlice", "resourceclaims": "ResourceClaim",
          "resourceclaimtemplates": "ResourceClaimTemplate"}
 
 

@@ -6,15 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import pytest
-from kubernetes import client
-
-from scoring.policy import PlacementPolicy
-from scoring.view import BOOKING_ANNOTATION, Binding
-from tests.kube_api import KubeApi, serve
-from webhook.cluster_watch import ClusterWatch
-
-POLICY = PlacementPolicy()
+from scoring.view import BOOKING_ANNOTATION
+from tests.webhook.conftest import POLICY
 
 
 def node(name: str, gpus: int = 8, **extra) -> dict:
@@ -40,31 +33,6 @@ def eventually(condition: Callable[[], object], seconds: float = 15.0) -> None:
             return
         time.sleep(0.02)
     raise AssertionError("condition not reached")
-
-
-@pytest.fixture
-def cluster():
-    """(api stand-in, start(**options) → a started ClusterWatch, bindings seen)."""
-    api = KubeApi()
-    server, url = serve(api)
-    configuration = client.Configuration()
-    configuration.host = url
-    api_client = client.ApiClient(configuration)
-    watches: list[ClusterWatch] = []
-    bindings: list[Binding] = []
-
-    def start(**options) -> ClusterWatch:
-        options = {"page_size": 3, "watch_seconds": 2, "backoff": (0.05, 0.2), "grace_seconds": 0.0, **options}
-        watch = ClusterWatch(api_client, POLICY, on_binding=bindings.append, **options)
-        watch.start()
-        watches.append(watch)
-        return watch
-
-    yield api, start, bindings
-    for watch in watches:
-        watch.stop()
-    server.shutdown()
-    api_client.close()
 
 
 def test_lists_in_pages_and_keeps_units_held_per_node_and_resource(cluster):

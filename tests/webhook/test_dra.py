@@ -16,7 +16,7 @@ from scoring.placement import index_fleet
 from scoring.view import BOOKING_ANNOTATION
 from tests.dra_objects import (CHANNEL_CLASS, MIG_CLASS, claim, dra_pod, exactly, first_available, gpu_slice,
                                template)
-from tests.webhook.test_cluster_watch import POLICY, cluster, eventually, node  # noqa: F401 - cluster is a fixture
+from tests.webhook.test_cluster_watch import POLICY, eventually, node
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger
 from webhook.review import decode_review, patched, pod_review

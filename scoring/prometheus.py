@@ -83,11 +83,13 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_me
     apart, the preferred one whole and the other only where a unit lacks the preferred one,
     because a PromQL `or` join over 40,000 GPUs costs more than both fetches together.
     Memory is known on a node only where as many GPUs report FB_FREE as FB_USED (`fb_counts`): a
-    missing FB_FREE is unknown, not 0. (Summing only the GPUs with both, by a vector match, costs
+    missing FB_FREE is unknown, not 0. Sums and counts take each GPU once, however many series
+    name it. (Summing only the GPUs with both, by a vector match, costs
     Prometheus two joins over every GPU.)
     """
     per_unit = f"{_NODE}, gpu, GPU_I_ID, GPU_I_PROFILE, modelName, {_WORKLOAD}"
     unit = f"{_NODE}, gpu, GPU_I_ID"
+    per_gpu = f"max by (__name__, {unit})"
     summed = f'__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}|{dcgm.POWER_USAGE}"'
     framebuffer = f'__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}"'
     gpu_resource = 'resource="nvidia_com_gpu"'
@@ -104,8 +106,10 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_me
     queries = {
         preferred: f"max by ({per_unit}) ({gauges[preferred]})",
         other: f"max by ({per_unit}) ({gauges[other]} unless on ({unit}) {gauges[preferred]})",
-        "sums": f"sum by (__name__, {_NODE}) ({selector('', matchers, summed)})",
-        "fb_counts": f"count by (__name__, {_NODE}) ({selector('', matchers, framebuffer)})",
+        # One value per GPU first: where pods share a DRA claim, dcgm-exporter writes a GPU's
+        # series once per pod (and a target scraped twice writes each twice).
+        "sums": f"sum by (__name__, {_NODE}) ({per_gpu} ({selector('', matchers, summed)}))",
+        "fb_counts": f"count by (__name__, {_NODE}) ({per_gpu} ({selector('', matchers, framebuffer)}))",
         "temperature_max": f"max by ({_NODE}) ({selector(dcgm.GPU_TEMP, matchers)})",
         # Filter before grouping: only GPUs with an XID are hashed into groups.
         "xids": f"max by ({unit}) ({selector(dcgm.XID_ERRORS, matchers)} > 0)",

@@ -68,6 +68,14 @@ def detect_node_label(rows: Iterable[Series], configured: str = "auto") -> str:
     return max(dcgm.NODE_LABEL_CANDIDATES, key=counts.__getitem__)
 
 
+def pod_order(labels: Mapping[str, str]) -> tuple[bool, str, str]:
+    """Which of several series of one GPU names its pod: pods sharing a DRA claim each get a copy
+    of the GPU's series, and the first pod by namespace and name is credited, on every path (a
+    copy naming a pod before one naming none)."""
+    pod = labels.get("exported_pod") or labels.get("pod", "")
+    return not pod, labels.get("exported_namespace") or labels.get("namespace", ""), pod
+
+
 def schedulable_units(keys: Iterable[UnitKey]) -> set[UnitKey]:
     """The keys that are units a pod can be given: a MIG-enabled GPU's own row (no instance id
     beside instance rows of the same GPU) is its parent, not a unit — the instances are."""
@@ -158,10 +166,14 @@ def build_snapshot(
 
     per_key: dict[UnitKey, tuple[float, Mapping[str, str]]] = {}
     for name, scale in (("gpu_util", 1.0), ("gpu_engine_active", 100.0)):  # the engine ratio wins: last
+        chosen: dict[UnitKey, Series] = {}
         for row in aggregates.get(name, ()):
             if node := node_of(row):
                 key = (node, row.labels.get("gpu", ""), row.labels.get("GPU_I_ID", ""))
-                per_key[key] = (min(100.0, max(0.0, row.value * scale)), row.labels)
+                if key not in chosen or pod_order(row.labels) < pod_order(chosen[key].labels):
+                    chosen[key] = row
+        for key, row in chosen.items():
+            per_key[key] = (min(100.0, max(0.0, row.value * scale)), row.labels)
     units = schedulable_units(per_key)
     reporting: dict[str, int] = defaultdict(int)
     for node, *_ in per_key:
@@ -301,7 +313,9 @@ def _samples(readings: Readings, node_label: str, use_profiling_metrics: bool
                 continue
             key = (node, series.labels.get("gpu", series.labels.get("UUID", "")), series.labels.get("GPU_I_ID", ""))
             values[metric][key] = series.value
-            if len(series.labels) > len(identity.get(key, ())):
+            known = identity.get(key, {})
+            if len(series.labels) > len(known) or (
+                    len(series.labels) == len(known) and pod_order(series.labels) < pod_order(known)):
                 identity[key] = series.labels
     reporting = {key for metric in dcgm.UTILISATION_METRICS for key in values[metric]}
     allocated_to, unsure = classify_workloads({key: identity[key] for key in schedulable_units(reporting)})

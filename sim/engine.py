@@ -26,9 +26,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from descheduler.cluster import namespace_object
-from scoring.policy import OptInPolicy
+from scoring.claims import ClaimBook, class_of, class_resource, template_need
+from scoring.policy import OptInPolicy, PlacementPolicy
 from sim.scenario import PoolShape, Scenario
-from sim.scheduler import IMAGE_SIZE_ANNOTATION, NodeState, pod_key
+from sim.scheduler import IMAGE_SIZE_ANNOTATION, NO_CONTEXT, ClusterContext, NodeState, claimed_devices, pod_key
 
 SERVICE_TIME_MS = 25.0
 CONTENTION = 0.6
@@ -78,6 +79,8 @@ class SimPod:
     created_tick: int = 0
     load: float = 0.0
     """Share of a fully busy GPU it serves, per GPU."""
+    claimed_units: int = 0
+    """GPU units its ResourceClaim asks for (DRA fleets; device-plugin pods say so in their limits)."""
 
 
 @dataclass
@@ -112,6 +115,18 @@ class World:
     """Schedulable GPU units per node: GPUs, or MIG instances on a MIG pool."""
     serving: list[dict[str, tuple[str, float, float]]] = field(default_factory=list)
     """Per tick, when replicas export serving series: pod key → (node, requests waiting, TTFT p95 in s)."""
+    context: ClusterContext = NO_CONTEXT
+    """The claim templates of a DRA fleet, for the scheduler model's DynamicResources."""
+    templates: dict[tuple[str, str], dict] = field(default_factory=dict)
+    """(namespace, name) → ResourceClaimTemplate object, for the listing (`cluster_objects`)."""
+
+    @property
+    def claims(self) -> ClaimBook:
+        return self.context.claims
+
+    @property
+    def dra(self) -> bool:
+        return self.scenario.inference.claims == "dra"
 
     @property
     def now_seconds(self) -> float:
@@ -146,7 +161,7 @@ def build_world(scenario: Scenario, seed: int) -> World:
             "metadata": {"name": name, "labels": labels},
             "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]},
             "status": {"allocatable": {"cpu": str(f.cpu_per_node), "memory": f"{f.memory_gib_per_node}Gi",
-                                       pool.resource: str(pool.units_per_node)}}})
+                                       unit_resource(scenario, pool): str(pool.units_per_node)}}})
         units[name], pools[name] = pool.units_per_node, pool
     inf = scenario.inference
     raw = [rng.paretovariate(inf.pareto_alpha) for _ in range(inf.services)]
@@ -183,7 +198,44 @@ def build_world(scenario: Scenario, seed: int) -> World:
             # A MIG instance is a slice of a GPU; its server gets a slice of the host too.
             service.cpu = max(1, service.cpu // service.pool.instances_per_gpu)
             service.memory_gib = max(4, service.memory_gib // service.pool.instances_per_gpu)
-    return World(scenario, rng, nodes, services, units=units)
+    world = World(scenario, rng, nodes, services, units=units)
+    if world.dra:
+        _add_templates(world)
+    return world
+
+
+def unit_resource(scenario: Scenario, pool: PoolShape) -> str:
+    """The resource a pool's units are counted in: the device plugin's, or the DRA class's as
+    `scoring.claims` counts a ResourceSlice's devices."""
+    return class_resource(pool.device_class) if scenario.inference.claims == "dra" else pool.resource
+
+
+def _template_name(device_class: str, count: int) -> str:
+    return f"{device_class.split('.')[0]}-{count}"
+
+
+def _add_templates(world: World) -> None:
+    """One ResourceClaimTemplate per (namespace, class, count) the fleet's pods ask for."""
+    wanted = {(NAMESPACE, s.pool.device_class if s.pool else "gpu.nvidia.com", 1) for s in world.services.values()}
+    wanted.add(("training", "gpu.nvidia.com", world.scenario.training.gpus_per_worker))
+    for namespace, device_class, count in sorted(wanted):
+        name = _template_name(device_class, count)
+        world.templates[namespace, name] = {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}}}}
+    placement = PlacementPolicy()
+    book = ClaimBook({key: template_need(obj, placement) for key, obj in world.templates.items()}, {})
+    world.context = ClusterContext(claims=book, placement=placement)
+
+
+def _claim_gpus(pod: dict, device_class: str, count: int) -> None:
+    """Ask for the pod's GPUs through a claim template instead of its container's limits."""
+    container = pod["spec"]["containers"][0]
+    container["resources"]["limits"] = {}
+    container["resources"]["claims"] = [{"name": "gpu"}]
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": _template_name(device_class, count)}]
 
 
 def _service_pools(scenario: Scenario, seed: int) -> list[PoolShape | None]:
@@ -225,6 +277,9 @@ def service_pod(world: World, service: Service) -> SimPod:
             obj["spec"]["tolerations"] = [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}
                                           for t in service.pool.taints]
     pod = SimPod(obj, service.name, created_tick=world.tick)
+    if world.dra:
+        _claim_gpus(obj, service.pool.device_class if service.pool else "gpu.nvidia.com", 1)
+        pod.claimed_units = 1
     world.pods[pod_key(obj)] = pod
     return pod
 
@@ -240,6 +295,9 @@ def training_pods(world: World, job: str, workers: int, gpus: int) -> list[SimPo
                 "requests": {"cpu": "32", "memory": "256Gi"}, "limits": {"nvidia.com/gpu": str(gpus)}}}]},
             "status": {"phase": "Pending"}}
         pod = SimPod(obj, None, training_job=job, created_tick=world.tick, load=0.95)
+        if world.dra:
+            _claim_gpus(obj, "gpu.nvidia.com", gpus)
+            pod.claimed_units = gpus
         world.pods[pod_key(obj)] = pod
         pods.append(pod)
     return pods
@@ -255,12 +313,13 @@ def bind(world: World, pod: SimPod, node: str) -> None:
     pod.node = node
     pod.obj["spec"]["nodeName"] = node
     pod.obj["status"]["phase"] = "Running"
-    world.nodes[node].bind(pod.obj)
+    world.nodes[node].bind(pod.obj, claimed_devices(pod.obj, world.context) if world.dra else None)
 
 
 def cluster_objects(world: World) -> list[dict]:
     """The world as `kubectl get namespaces,nodes,pods -A -o json` would list it: its namespaces
-    (all opted in), nodes and bound pods."""
+    (all opted in), nodes and bound pods; on a DRA fleet also `resourceslices,resourceclaims,
+    resourceclaimtemplates`."""
     bound = [dict(p.obj, kind="Pod") for p in world.pods.values() if p.node is not None]
     namespaces = sorted({pod.get("metadata", {}).get("namespace", "") for pod in bound})
     objects = [namespace_object(name, OptInPolicy()) for name in namespaces]
@@ -269,7 +328,41 @@ def cluster_objects(world: World) -> list[dict]:
                  "status": {"allocatable": {r: str(int(q)) for r, q in n.allocatable.items()
                                             if r.startswith("nvidia.com/")}}}
                 for n in world.nodes.values()]
+    if world.dra:
+        objects += _dra_objects(world)
     return objects + bound
+
+
+def _dra_objects(world: World) -> list[dict]:
+    """What NVIDIA's DRA driver and the control plane would list: a slice per node (pool = node,
+    devices gpu-N or mig-N with their `type`), the templates, and each bound pod's claim with the
+    devices allocated to it."""
+    objects: list[dict] = list(world.templates.values())
+    for node in world.nodes.values():
+        devices, taken = [], 0
+        for resource, units in node.allocatable.items():
+            if (device_class := class_of(resource)) is not None:
+                kind = device_class.split(".")[0]
+                devices += [{"name": f"{kind}-{i}", "attributes": {"type": {"string": kind}}} for i in range(int(units))]
+        objects.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                        "metadata": {"name": f"{node.name}-gpu.nvidia.com"},
+                        "spec": {"driver": "gpu.nvidia.com", "nodeName": node.name,
+                                 "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+                                 "devices": devices}})
+        for key, claimed in sorted(node.claimed.items()):
+            namespace, name = key.split("/", 1)
+            template = world.templates[namespace, node.pods[key]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]]
+            results = []
+            for resource, count in claimed.items():
+                kind = str(class_of(resource)).split(".")[0]
+                results += [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": node.name,
+                             "device": f"{kind}-{taken + i}"} for i in range(int(count))]
+                taken += int(count)
+            objects.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                            "metadata": {"name": f"{name}-gpu", "namespace": namespace},
+                            "spec": template["spec"]["spec"],
+                            "status": {"allocation": {"devices": {"results": results}}}})
+    return objects
 
 
 def demand_now(world: World, service: Service) -> float:
@@ -347,6 +440,8 @@ def recreate(world: World, pod: SimPod) -> None:
 
 def gpu_count(pod: SimPod) -> int:
     """GPU units the pod holds: GPUs, or MIG instances."""
+    if pod.claimed_units:
+        return pod.claimed_units
     limits = pod.obj["spec"]["containers"][0]["resources"]["limits"]
     return sum(int(float(v)) for r, v in limits.items() if r.startswith("nvidia.com/"))
 

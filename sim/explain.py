@@ -11,7 +11,8 @@ from typing import Any
 
 from scoring.heat import fleet_heat
 from scoring.placement import index_fleet
-from scoring.policy import BalancerPolicy
+from scoring.claims import allocated_devices, held_devices, inventory_from_slices
+from scoring.policy import BalancerPolicy, PlacementPolicy
 from scoring.telemetry import ClusterSnapshot
 from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
 from sim.scheduler import NO_CONTEXT, ClusterContext, NodeState, NodeVerdict, evaluate
@@ -39,9 +40,10 @@ def check_quantities(obj: dict, where: str) -> None:
                 check(resources.get(section), f"spec.{key}[{index}].resources.{section}")
 
 
-def nodes_from_list(document: Any) -> list[NodeState]:
+def nodes_from_list(document: Any, placement: PlacementPolicy | None = None) -> list[NodeState]:
     """NodeStates with their bound pods, from `kubectl get nodes,pods -A -o json`; raises
-    ValueError naming the first item that is not usable."""
+    ValueError naming the first item that is not usable. ResourceSlices in the file add their
+    GPU devices to the nodes, and ResourceClaims' allocations hold them."""
     if not isinstance(document, dict) or not isinstance(document.get("items"), list):
         raise ValueError("expected the JSON of `kubectl get nodes,pods -A -o json` (a List with items)")
     nodes: dict[str, NodeState] = {}
@@ -59,6 +61,15 @@ def nodes_from_list(document: Any) -> list[NodeState]:
             node = nodes.get(str(as_dict(obj.get("spec")).get("nodeName", "")))
             if node is not None and as_dict(obj.get("status")).get("phase") in ("Pending", "Running", None):
                 node.bind(obj)
+    placement = placement or PlacementPolicy()
+    inventory = inventory_from_slices([o for o in document["items"] if o.get("kind") == "ResourceSlice"], placement)
+    for name, devices in inventory.capacity.items():
+        if name in nodes:
+            nodes[name].allocatable.update(devices)
+    claims = [o for o in document["items"] if o.get("kind") == "ResourceClaim"]
+    for name, devices in held_devices(map(allocated_devices, claims), inventory).items():
+        if name in nodes:
+            nodes[name].requested.update(devices)
     return list(nodes.values())
 
 
@@ -71,10 +82,11 @@ def _shape(verdicts: list[NodeVerdict]) -> dict:
             "chosen": sorted(v.name for v in feasible if best is not None and v.total >= best - 1e-9)}
 
 
-def context_from_list(document: dict) -> ClusterContext:
-    """Namespaces and workload controllers in the same file (optional: `kubectl get
-    nodes,pods,namespaces,services,replicasets,statefulsets -A -o json` gives them)."""
-    return ClusterContext.from_objects([obj for obj in document["items"] if isinstance(obj, dict)])
+def context_from_list(document: dict, placement: PlacementPolicy | None = None) -> ClusterContext:
+    """Namespaces, workload controllers and DRA claims in the same file (optional: `kubectl get
+    nodes,pods,namespaces,services,replicasets,statefulsets,resourceslices,resourceclaims,
+    resourceclaimtemplates -A -o json` gives them)."""
+    return ClusterContext.from_objects([obj for obj in document["items"] if isinstance(obj, dict)], placement)
 
 
 def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | None, policy: BalancerPolicy,

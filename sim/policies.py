@@ -12,7 +12,8 @@ from datetime import datetime, timedelta, timezone
 from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler.plan import plan_evictions
-from scoring.feasibility import NodeFacts, constraints_of, taints_from, why_infeasible
+from scoring.claims import class_of, pod_claims
+from scoring.feasibility import constraints_of, why_infeasible
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
 from scoring.prometheus import WindowStats, topology_keys
@@ -23,7 +24,7 @@ from scoring.telemetry import GpuSample, PodRef
 from scoring.workloads import gpu_request
 from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView
 from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
-from sim.scheduler import choose, evaluate, pod_key
+from sim.scheduler import choose, evaluate, pod_key, view_of
 from webhook.admit import decide
 from webhook.cache import telemetry_of
 from webhook.ledger import SteeringLedger
@@ -64,18 +65,12 @@ def observed_samples(world: World, lag: int = 0) -> list[GpuSample]:
 
 
 def _requested_units(node) -> float:
-    return sum(q for r, q in node.requested.items() if r.startswith("nvidia.com/"))
+    return sum(q for r, q in node.requested.items() if r.startswith("nvidia.com/") or class_of(r))
 
 
 def cluster_view(world: World, policy: BalancerPolicy, now: datetime) -> ClusterView:
     """The world as the webhook's list/watch shows it: nodes and the GPU units bound pods hold."""
-    nodes, held, bound = {}, {}, set()
-    for node in world.nodes.values():
-        allocatable = {r: int(q) for r, q in node.allocatable.items() if r.startswith("nvidia.com/")}
-        nodes[node.name] = NodeFacts(node.name, node.labels, taints_from(node.taints), node.unschedulable, allocatable)
-        held[node.name] = {r: int(node.requested[r]) for r in allocatable if node.requested[r]}
-        bound.update(node.pods)
-    return ClusterView(nodes, held, frozenset(bound), now)
+    return view_of(world.nodes.values(), now, world.claims)
 
 
 def preferred_nodes(pod: dict) -> tuple[str, ...]:
@@ -96,7 +91,8 @@ class Stock:
         self.rng = rng
 
     def place(self, world: World, pod: SimPod) -> str | None:
-        return choose(evaluate(pod.obj, list(world.nodes.values()), score_gpus=self.score_gpus), self.rng)
+        return choose(evaluate(pod.obj, list(world.nodes.values()), score_gpus=self.score_gpus,
+                               context=world.context), self.rng)
 
     def bound(self, world: World, pod: SimPod, node: str) -> None:
         """Told of every binding, as a watch of pods would show it."""
@@ -143,7 +139,7 @@ class Oracle(Stock):
     name = "oracle"
 
     def place(self, world: World, pod: SimPod) -> str | None:
-        verdicts = [v for v in evaluate(pod.obj, list(world.nodes.values())) if v.feasible]
+        verdicts = [v for v in evaluate(pod.obj, list(world.nodes.values()), context=world.context) if v.feasible]
         if not verdicts:
             return None
         load: Counter = Counter()
@@ -263,12 +259,13 @@ class GpuBalancer(Stock):
             ledgers = self._ledgers(world)
             ledger = ledgers[self._admissions % len(ledgers)]
             self._admissions += 1
-            constraints = constraints_of(pod.obj, self.policy.placement)
+            constraints = constraints_of(pod.obj, self.policy.placement,
+                                         pod_claims(pod.obj, world.claims, self.policy.placement))
             decision = decide(decode_review(json.dumps(pod_review(pod.obj)).encode()),
                               index=fresh.index if fresh else None,
                               telemetry_time=fresh.sampled_at if fresh else None,
                               snapshot_age_seconds=fresh.age_seconds(now) if fresh else None,
-                              ledger=ledger, policy=self.policy.placement, now=now)
+                              ledger=ledger, policy=self.policy.placement, now=now, claims=world.claims)
             pod.obj = patched(pod.obj, decision.review)
             preferred = preferred_nodes(pod.obj)
             if preferred and telemetry is not None:
@@ -285,7 +282,7 @@ class GpuBalancer(Stock):
     def bound(self, world: World, pod: SimPod, node: str) -> None:
         delay = math.ceil(world.scenario.bind_delay_seconds / world.scenario.tick_seconds)
         booking = pod.obj["metadata"].get("annotations", {}).get(BOOKING_ANNOTATION, "")
-        request = gpu_request(pod.obj, self.policy.placement)
+        request = gpu_request(pod.obj, self.policy.placement, pod_claims(pod.obj, world.claims, self.policy.placement))
         units = request.units if request else ()
         self._bindings.append((world.tick + delay, Binding(pod_key(pod.obj), node, units, sim_time(world), booking)))
         self._deliver_bindings(world)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import fmean, pstdev
 
+from scoring.claims import class_resource
 from sim.engine import bind, build_world, gpu_count, measure, step_workloads
 from sim.policies import make_policy, policies_for
 from sim.scenario import Scenario
@@ -110,7 +111,8 @@ def _clique_has_room(world, job: str) -> bool:
     for node in world.nodes.values():
         if node.unschedulable:
             continue
-        free = node.allocatable.get("nvidia.com/gpu", 0) - node.requested["nvidia.com/gpu"]
+        resource = class_resource("gpu.nvidia.com") if world.dra else "nvidia.com/gpu"
+        free = node.allocatable.get(resource, 0) - node.requested[resource]
         clique = node.labels.get("nvidia.com/gpu.clique", "")
         room[clique] = room.get(clique, 0) + int(free // per_worker)
     return any(slots >= len(workers) for slots in room.values())

@@ -39,6 +39,11 @@ class PoolShape:
         return f"nvidia.com/mig-{self.mig_profile}" if self.mig_profile else "nvidia.com/gpu"
 
     @property
+    def device_class(self) -> str:
+        """NVIDIA's DRA DeviceClass for the pool's units, where the fleet claims them (`claims: dra`)."""
+        return "mig.nvidia.com" if self.mig_profile else "gpu.nvidia.com"
+
+    @property
     def units_per_node(self) -> int:
         return self.gpus_per_node * (self.instances_per_gpu if self.mig_profile else 1)
 
@@ -98,6 +103,10 @@ class InferenceShape:
     gauge shows it."""
     serving_metrics: bool = False
     """Replicas export their queue and latency as vLLM does (`vllm:num_requests_waiting`, TTFT)."""
+    claims: str = "device-plugin"
+    """How pods get their GPUs: `device-plugin` (`nvidia.com/gpu` requests) or `dra` (a
+    ResourceClaimTemplate per shape, NVIDIA's DRA driver publishing every node's GPUs in a
+    ResourceSlice). A node's GPUs are managed one way or the other, so training pods claim too."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +225,7 @@ def _more_ranges(scenario: Scenario) -> list[tuple[str, bool]]:
         ("inference.sensitiveServiceTimeMs", 1 <= inf.sensitive_service_time_ms <= 10_000),
         ("inference.sensitiveContention", 1 <= inf.sensitive_contention <= 10),
         ("inference.twinHostLoad", 0 <= inf.twin_host_load <= 10),
+        ("inference.claims (device-plugin or dra)", inf.claims in ("device-plugin", "dra")),
         ("training.jobsPerHour", tr.jobs_per_hour >= 0),
         ("training.workers", bool(tr.workers) and all(1 <= w <= total_nodes * 16 for w in tr.workers)),
         ("training.gpusPerWorker", 1 <= tr.gpus_per_worker <= 16),

@@ -10,9 +10,14 @@ TaintToleration ×3 (intolerable PreferNoSchedule taints), NodeAffinity ×2, Pod
 InterPodAffinity ×2, NodeResourcesFit (LeastAllocated on cpu and memory with the non-zero
 defaults; GPUs are filtered on, never scored) ×1, BalancedAllocation ×1, ImageLocality ×1.
 
+DynamicResources filters GPU claims only (the policy's GPU DeviceClasses, counted by
+`scoring.claims`: free devices of the class, `All`, `firstAvailable`, an allocated claim's node);
+claimed devices are bound with their pod (`NodeState.bind(pod, devices)`).
+
 Not modelled: volumes (VolumeBinding, VolumeZone, VolumeRestrictions, NodeVolumeLimits),
-preemption, Dynamic Resource Allocation, pod-level resources, scheduling gates and the
-percentage-of-nodes-to-score sampling (every feasible node is scored).
+preemption, claims for devices that are not GPUs, DRA's device selectors and constraints,
+pod-level resources, scheduling gates and the percentage-of-nodes-to-score sampling (every
+feasible node is scored).
 """
 
 from __future__ import annotations
@@ -20,10 +25,15 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from scoring.claims import EMPTY_BOOK, ClaimBook, book_from_objects, class_of, pod_claims
+from scoring.feasibility import NodeFacts, PodConstraints, taints_from, why_infeasible
+from scoring.policy import PlacementPolicy
+from scoring.view import ClusterView
 from scoring.workloads import as_dict, as_list
 from sim.kube_match import Labels, Selector, label_selector, node_selector_term, tolerates
 from sim.pod_affinity import InterPodAffinity, has_pod_affinity
@@ -63,6 +73,8 @@ class NodeState:
     """The pods here with pod affinity or anti-affinity terms of their own."""
     images: dict[str, int] = field(default_factory=dict)
     """Images present on the node (status.images, or pulled by earlier pods) and their sizes in bytes."""
+    claimed: dict[str, Counter] = field(default_factory=dict)
+    """key → the DRA devices (deviceclass/<class> → count) bound with that pod."""
 
     @staticmethod
     def from_object(obj: Mapping[str, Any]) -> "NodeState":
@@ -75,7 +87,8 @@ class NodeState:
                          [t for t in as_list(spec.get("taints")) if isinstance(t, dict)], bool(spec.get("unschedulable")),
                          images=images)
 
-    def bind(self, pod: dict) -> None:
+    def bind(self, pod: dict, devices: Mapping[str, float] | None = None) -> None:
+        """Place the pod here; `devices` are the DRA devices its claims take (`claimed_devices`)."""
         key = pod_key(pod)
         self.pods[key] = pod
         if has_pod_affinity(pod):
@@ -83,6 +96,9 @@ class NodeState:
         self.requested.update(pod_requests(pod))
         self.non_zero_requested.update(_scored(pod_requests(pod, non_zero=True)))
         self.images.update(images_of(pod))
+        if devices:
+            self.claimed[key] = Counter(devices)
+            self.requested.update(devices)
 
     def unbind(self, pod: dict) -> None:
         key = pod_key(pod)
@@ -90,6 +106,7 @@ class NodeState:
             self.affinity_pods.pop(key, None)
             self.requested.subtract(pod_requests(pod))
             self.non_zero_requested.subtract(_scored(pod_requests(pod, non_zero=True)))
+            self.requested.subtract(self.claimed.pop(key, Counter()))
 
 
 def _scored(requests: Counter) -> Counter:
@@ -105,9 +122,14 @@ class ClusterContext:
     namespace_labels: Mapping[str, Labels] = field(default_factory=dict)
     controllers: tuple[tuple[str, Selector], ...] = ()
     """(namespace, selector) of each Service, ReplicationController, ReplicaSet and StatefulSet."""
+    claims: ClaimBook = EMPTY_BOOK
+    """ResourceClaimTemplates and ResourceClaims, for DynamicResources."""
+    placement: PlacementPolicy = field(default_factory=PlacementPolicy)
+    """Which DeviceClasses are GPUs."""
 
     @staticmethod
-    def from_objects(objects: list[Mapping[str, Any]]) -> "ClusterContext":
+    def from_objects(objects: list[Mapping[str, Any]], placement: PlacementPolicy | None = None) -> "ClusterContext":
+        placement = placement or PlacementPolicy()
         namespaces, controllers = {}, []
         for obj in objects:
             metadata = as_dict(obj.get("metadata"))
@@ -122,10 +144,41 @@ class ClusterContext:
                     raw = None  # selects nothing to spread by
                 if raw is not None:
                     controllers.append((str(metadata.get("namespace") or "default"), label_selector(raw)))
-        return ClusterContext(namespaces, tuple(controllers))
+        return ClusterContext(namespaces, tuple(controllers), book_from_objects(objects, placement), placement)
 
 
 NO_CONTEXT = ClusterContext()
+
+
+def claimed_devices(pod: Mapping[str, Any], context: ClusterContext) -> Counter:
+    """The DRA devices (deviceclass/<class> → count) the pod's GPU claims take on its node: each
+    ExactCount request, one device for an `All` request and a `firstAvailable` request's first
+    choice (the model binds what it most likely gets)."""
+    claims = pod_claims(pod, context.claims, context.placement)
+    if claims is None or not claims.asks_for_gpus:
+        return Counter()
+    devices = Counter(dict(claims.units))
+    devices.update(dict.fromkeys(claims.all_of, 1))
+    devices.update({group[0][0]: group[0][1] for group in claims.alternatives if group[0][0]})
+    return devices
+
+
+def _why_claims_do_not_fit(pod: Mapping[str, Any], context: ClusterContext) -> Any:
+    """A per-node DynamicResources check, or None when the pod claims no GPU."""
+    claims = pod_claims(pod, context.claims, context.placement)
+    if claims is None or not claims.asks_for_gpus:
+        return None
+    if claims.missing:
+        return lambda node: f"DynamicResources: claim {claims.missing[0]} not found"
+    wanted = PodConstraints(units=claims.units, all_of=claims.all_of, alternatives=claims.alternatives,
+                            allocated_to=claims.allocated_to)
+    resources = {r for r, _ in claims.units} | set(claims.all_of) | {r for g in claims.alternatives for r, _ in g if r}
+
+    def check(node: NodeState) -> str | None:
+        allocatable = {r: int(node.allocatable.get(r, 0)) for r in resources}
+        free = {r: allocatable[r] - int(node.requested[r]) for r in resources}
+        return why_infeasible(wanted, NodeFacts(node.name, node.labels, (), False, allocatable), free)
+    return check
 
 
 def image_name(name: str) -> str:
@@ -282,6 +335,7 @@ def evaluate(pod: Mapping[str, Any], nodes: list[NodeState], *, score_gpus: bool
     spread_passes = spread.filter(constraints_of(pod, "DoNotSchedule"))
     pod_affinity = InterPodAffinity(pod, nodes, namespace_labels=context.namespace_labels)
     pod_affinity_failure = pod_affinity.filter()
+    claims_failure = _why_claims_do_not_fit(pod, context)
 
     feasible: list[NodeState] = []
     failed: dict[str, str] = {}
@@ -302,6 +356,8 @@ def evaluate(pod: Mapping[str, Any], nodes: list[NodeState], *, score_gpus: bool
             reason = "PodTopologySpread"
         elif pod_affinity_failure(node) is not None:
             reason = "InterPodAffinity"
+        elif claims_failure is not None and (why := claims_failure(node)) is not None:
+            reason = why
         else:
             feasible.append(node)
             continue
@@ -349,6 +405,18 @@ def _scores(pod: Mapping[str, Any], need: Counter, feasible: list[NodeState], no
         "ImageLocality": {n.name: _image_locality(pod, n, holders, len(nodes)) for n in feasible},
     }
     return out
+
+
+def view_of(nodes: Iterable[NodeState], now: datetime, claims: ClaimBook = EMPTY_BOOK) -> ClusterView:
+    """The nodes as the webhook's cluster view shows them: GPU resources (extended and DRA) and
+    the units bound pods hold."""
+    facts, held, bound = {}, {}, set()
+    for node in nodes:
+        allocatable = {r: int(q) for r, q in node.allocatable.items() if r.startswith("nvidia.com/") or class_of(r)}
+        facts[node.name] = NodeFacts(node.name, node.labels, taints_from(node.taints), node.unschedulable, allocatable)
+        held[node.name] = {r: int(node.requested[r]) for r in allocatable if node.requested[r]}
+        bound.update(node.pods)
+    return ClusterView(facts, held, frozenset(bound), now, claims)
 
 
 def choose(verdicts: list[NodeVerdict], rng: random.Random) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from scoring.claims import has_resource_claims, pod_claims
+from scoring.claims import ClaimBook, has_resource_claims, pod_claims
 from scoring.feasibility import constraints_of
 from scoring.placement import NO_ADVICE, PlacementIndex, advise, advise_group
 from scoring.policy import PlacementPolicy
@@ -32,7 +32,9 @@ class Decision:
 
 def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry_time: datetime | None,
            snapshot_age_seconds: float | None, ledger: SteeringLedger, policy: PlacementPolicy,
-           now: datetime) -> Decision:
+           now: datetime, claims: ClaimBook | None = None) -> Decision:
+    """`claims` is where a DRA pod's claims and templates are looked up: the cluster view's live
+    book, known as soon as it is listed (before any telemetry); the ledger's view's by default."""
     def unchanged(reason: str, detail: str = "", warnings: tuple[str, ...] = ()) -> Decision:
         return Decision(build_response(request.uid, warnings=warnings), "unchanged", reason, detail)
 
@@ -47,22 +49,23 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
     if why_exempt:
         return unchanged("exempt", why_exempt)
     view = ledger.view
-    claims = pod_claims(pod, view.claims, policy) if view is not None else None
+    book = claims if claims is not None else (view.claims if view is not None else None)
+    claimed = pod_claims(pod, book, policy) if book is not None else None
     try:
-        needs = gpu_request(pod, policy, claims)
+        needs = gpu_request(pod, policy, claimed)
     except BadQuantity as error:
         return unchanged("bad-quantity", str(error), (f"gpu-balancer: {error}",))
     if needs is None:
-        if claims is not None and claims.missing:
-            return unchanged("claims-unknown", "claims not in the cluster view yet: " + ", ".join(claims.missing))
-        if view is None and has_resource_claims(pod):
+        if claimed is not None and claimed.missing:
+            return unchanged("claims-unknown", "claims not in the cluster view yet: " + ", ".join(claimed.missing))
+        if book is None and has_resource_claims(pod):
             return unchanged("claims-unknown", "the pod claims devices through DRA and there is no cluster view "
                                                "to tell whether they are GPUs")
         return unchanged("not-gpu")
 
     # With a cluster view, advice names only nodes the pod could be scheduled on; without one
     # (no API access) it falls back to telemetry alone.
-    constraints = constraints_of(pod, policy, claims) if view is not None else None
+    constraints = constraints_of(pod, policy, claimed) if view is not None else None
     units = needs.expected_units() or (("nvidia.com/gpu", max(1, needs.whole_gpus)),)
     if index is None or index.stale:
         advice = NO_ADVICE

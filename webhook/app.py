@@ -88,7 +88,8 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
             decision = decide(admission, index=fresh.index if fresh else None,
                               telemetry_time=fresh.sampled_at if fresh else None,
                               snapshot_age_seconds=fresh.age_seconds(now) if fresh else None,
-                              ledger=ledger, policy=policy.placement, now=now)
+                              ledger=ledger, policy=policy.placement, now=now,
+                              claims=cluster.live_claims if cluster is not None else None)
         except Exception:  # noqa: BLE001 - a bug here must never block a pod
             log.exception("admission %s failed; admitting unchanged", admission.uid)
             metrics.admissions.labels("unchanged", "internal-error").inc()

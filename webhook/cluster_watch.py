@@ -124,6 +124,12 @@ class ClusterWatch:
         """"starting", "ok", "forbidden" or "unreachable"."""
         return self._state
 
+    @property
+    def live_claims(self) -> ClaimBook:
+        """The claims and templates as last seen, for admissions to look a pod's claims up in
+        before any view is frozen. Read by key only (one dict lookup is atomic), never iterated."""
+        return self._book
+
     def freeze(self) -> ClusterView | None:
         """The current view, or None while it cannot be trusted (not listed yet, or the API has
         failed for longer than the grace period)."""

@@ -170,3 +170,34 @@ def test_pods_sharing_a_compute_domain_channel_are_packed_by_it(dra_fleet):
     assert terms[0]["podAffinityTerm"]["labelSelector"] == {"matchLabels": {"gpu-balancer.io/compute-domain": "channel"}}
     assert "pack gpu-balancer.io/compute-domain=channel" in decision.detail
     kubernetes_validate.validate(pod, LATEST, strict=True)
+
+
+def test_the_served_webhook_knows_a_pods_claims_before_any_telemetry(cluster):
+    """Prometheus not read yet: the app still tells a DRA GPU pod from a NIC pod by the watched
+    templates, and spreads the GPU pod's replicas as it does a device-plugin pod's."""
+    from fastapi.testclient import TestClient
+
+    from scoring.policy import default_policy
+    from tests.webhook.helpers import review
+    from webhook.app import create_app
+    from webhook.cache import SnapshotCache
+
+    api, start, _ = cluster
+    api.put("nodes", dra_node("n1"))
+    api.put("resourceclaimtemplates", template("one-gpu", exactly()))
+    api.put("resourceclaimtemplates", template("nic", exactly("sriov.example.com", 1)))
+    watch = start()
+    eventually(lambda: len(watch.live_claims.templates) == 2)
+
+    def no_telemetry():
+        raise RuntimeError("Prometheus is down")
+
+    cache = SnapshotCache(no_telemetry, default_policy())
+    app = create_app(default_policy(), cache, cluster=watch, run_cache=False, clock=lambda: NOW)
+    with TestClient(app) as http:
+        gpu = http.post("/mutate", json=review(dra_pod("svc-a", template_name="one-gpu"))).json()
+        nic = http.post("/mutate", json=review(dra_pod("nic-a", template_name="nic"))).json()
+        metrics = http.get("/metrics").text
+    assert gpu["response"]["allowed"] and gpu["response"].get("patch"), "spread terms, though no node advice"
+    assert nic["response"]["allowed"] and "patch" not in nic["response"]
+    assert 'reason="no-telemetry"' in metrics and 'reason="not-gpu"' in metrics

@@ -121,10 +121,6 @@ class World:
     """(namespace, name) → ResourceClaimTemplate object, for the listing (`cluster_objects`)."""
 
     @property
-    def claims(self) -> ClaimBook:
-        return self.context.claims
-
-    @property
     def dra(self) -> bool:
         return self.scenario.inference.claims == "dra"
 

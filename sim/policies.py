@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler.plan import plan_evictions
-from scoring.claims import class_of, pod_claims
+from scoring.claims import EMPTY_BOOK, ClaimBook, book_from_objects, class_of, pod_claims
 from scoring.feasibility import constraints_of, why_infeasible
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
@@ -68,9 +68,14 @@ def _requested_units(node) -> float:
     return sum(q for r, q in node.requested.items() if r.startswith("nvidia.com/") or class_of(r))
 
 
-def cluster_view(world: World, policy: BalancerPolicy, now: datetime) -> ClusterView:
+def claim_book(world: World, policy: BalancerPolicy) -> ClaimBook:
+    """The world's claim templates as the webhook reads them, with its own policy's GPU classes."""
+    return book_from_objects(world.templates.values(), policy.placement) if world.templates else EMPTY_BOOK
+
+
+def cluster_view(world: World, policy: BalancerPolicy, now: datetime, book: ClaimBook = EMPTY_BOOK) -> ClusterView:
     """The world as the webhook's list/watch shows it: nodes and the GPU units bound pods hold."""
-    return view_of(world.nodes.values(), now, world.claims)
+    return view_of(world.nodes.values(), now, book)
 
 
 def preferred_nodes(pod: dict) -> tuple[str, ...]:
@@ -185,6 +190,12 @@ class GpuBalancer(Stock):
         self._bindings: deque[tuple[int, Binding]] = deque()
         self._advised = self._feasible = self._followed = 0
         self._preferred: dict[str, tuple[str, ...]] = {}
+        self._book: ClaimBook | None = None
+
+    def _claims(self, world: World) -> ClaimBook:
+        if self._book is None:
+            self._book = claim_book(world, self.policy)
+        return self._book
 
     def _lag(self, world: World) -> int:
         return math.ceil(world.scenario.telemetry_lag_seconds / world.scenario.tick_seconds)
@@ -217,7 +228,7 @@ class GpuBalancer(Stock):
         fleet = fleet_heat(snapshot, self.policy.heat, now=now,
                            staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
         telemetry = telemetry_of(snapshot, fleet)
-        view = cluster_view(world, self.policy, now)
+        view = cluster_view(world, self.policy, now, self._claims(world))
         for ledger in self._ledgers(world):
             ledger.prepare(telemetry.index, view)
         self._telemetry, self._telemetry_tick = (snapshot, fleet, telemetry, view), world.tick
@@ -260,12 +271,12 @@ class GpuBalancer(Stock):
             ledger = ledgers[self._admissions % len(ledgers)]
             self._admissions += 1
             constraints = constraints_of(pod.obj, self.policy.placement,
-                                         pod_claims(pod.obj, world.claims, self.policy.placement))
+                                         pod_claims(pod.obj, self._claims(world), self.policy.placement))
             decision = decide(decode_review(json.dumps(pod_review(pod.obj)).encode()),
                               index=fresh.index if fresh else None,
                               telemetry_time=fresh.sampled_at if fresh else None,
                               snapshot_age_seconds=fresh.age_seconds(now) if fresh else None,
-                              ledger=ledger, policy=self.policy.placement, now=now, claims=world.claims)
+                              ledger=ledger, policy=self.policy.placement, now=now, claims=self._claims(world))
             pod.obj = patched(pod.obj, decision.review)
             preferred = preferred_nodes(pod.obj)
             if preferred and telemetry is not None:
@@ -282,7 +293,7 @@ class GpuBalancer(Stock):
     def bound(self, world: World, pod: SimPod, node: str) -> None:
         delay = math.ceil(world.scenario.bind_delay_seconds / world.scenario.tick_seconds)
         booking = pod.obj["metadata"].get("annotations", {}).get(BOOKING_ANNOTATION, "")
-        request = gpu_request(pod.obj, self.policy.placement, pod_claims(pod.obj, world.claims, self.policy.placement))
+        request = gpu_request(pod.obj, self.policy.placement, pod_claims(pod.obj, self._claims(world), self.policy.placement))
         units = request.units if request else ()
         self._bindings.append((world.tick + delay, Binding(pod_key(pod.obj), node, units, sim_time(world), booking)))
         self._deliver_bindings(world)

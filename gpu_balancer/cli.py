@@ -529,7 +529,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     policy = load_policy(args.config, args.prometheus_url, reads_prometheus=bool(args.prometheus_url))
     try:
         document = json.loads(read_text(args.cluster_file, "cluster file"))
-        nodes = nodes_from_list(document)
+        nodes = nodes_from_list(document, policy.placement)
     except ValueError as error:
         raise UsageError(f"{args.cluster_file}: {str(error).splitlines()[0]}") from None
     try:
@@ -548,7 +548,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from None
     snapshot = read_snapshot(connect(policy.prometheus), policy) if args.prometheus_url else None
     result = explain(pod, nodes, snapshot=snapshot, policy=policy, now=datetime.now(timezone.utc),
-                     context=context_from_list(document))
+                     context=context_from_list(document, policy.placement))
     print(json.dumps(result, indent=2) if args.output == "json" else as_table(result))
     return 0
 

@@ -15,7 +15,7 @@ from scoring.claims import allocated_devices, held_devices, inventory_from_slice
 from scoring.policy import BalancerPolicy, PlacementPolicy
 from scoring.telemetry import ClusterSnapshot
 from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
-from sim.scheduler import NO_CONTEXT, ClusterContext, NodeState, NodeVerdict, evaluate
+from sim.scheduler import NO_CONTEXT, ClusterContext, NodeState, NodeVerdict, evaluate, view_of
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger
 from webhook.review import decode_review, patched, pod_review
@@ -97,9 +97,14 @@ def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | No
     if snapshot is None:
         return result
     fleet = fleet_heat(snapshot, policy.heat, now=now, staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
-    decision = decide(decode_review(json.dumps(pod_review(pod, uid="explain")).encode()), index=None if fleet.stale else index_fleet(fleet),
+    index = None if fleet.stale else index_fleet(fleet)
+    # The webhook's cluster view, from the same file: advice names only nodes the pod can use.
+    ledger = SteeringLedger(policy.placement.settle_seconds)
+    if index is not None:
+        ledger.prepare(index, view_of(nodes, now, context.claims))
+    decision = decide(decode_review(json.dumps(pod_review(pod, uid="explain")).encode()), index=index,
                       telemetry_time=snapshot.newest_sample_at, snapshot_age_seconds=snapshot.age_seconds(now),
-                      ledger=SteeringLedger(policy.placement.settle_seconds), policy=policy.placement, now=now)
+                      ledger=ledger, policy=policy.placement, now=now, claims=context.claims)
     advised = patched(copy.deepcopy(pod), decision.review)
     result["advised"] = _shape(evaluate(advised, nodes, context=context))
     result["advice"] = decision.detail or decision.reason

@@ -166,10 +166,10 @@ def claimed_devices(pod: Mapping[str, Any], context: ClusterContext) -> Counter:
 def _why_claims_do_not_fit(pod: Mapping[str, Any], context: ClusterContext) -> Any:
     """A per-node DynamicResources check, or None when the pod claims no GPU."""
     claims = pod_claims(pod, context.claims, context.placement)
+    if claims is not None and claims.missing:  # the scheduler waits for the claim to exist
+        return lambda node: f"DynamicResources: claim {claims.missing[0]} not found"
     if claims is None or not claims.asks_for_gpus:
         return None
-    if claims.missing:
-        return lambda node: f"DynamicResources: claim {claims.missing[0]} not found"
     wanted = PodConstraints(units=claims.units, all_of=claims.all_of, alternatives=claims.alternatives,
                             allocated_to=claims.allocated_to)
     resources = {r for r, _ in claims.units} | set(claims.all_of) | {r for g in claims.alternatives for r, _ in g if r}

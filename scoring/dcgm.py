@@ -40,6 +40,11 @@ NODE_LABEL_CANDIDATES = ("node", "kubernetes_node", "nodename", "Hostname", "hos
 """Where the node name may be, most specific first: relabelled names beat the exporter's own
 `Hostname`, which older installs set to the exporter pod's name."""
 
+DRA_CLAIM_LABEL = "dra_claim_name"
+"""Set (with `dra_claim_namespace`, `dra_device_name`, `dra_driver_name`, `dra_pool_name`) beside
+`pod`/`namespace`/`container` on a GPU the pod got through a DRA claim (kubelet's
+KubeletPodResourcesDynamicResources)."""
+
 HOSTNAME_LABELS = ("Hostname", "hostname")
 """Released dcgm-exporter versions write `Hostname`; the newer main branch writes `hostname`."""
 

@@ -64,8 +64,10 @@ QueryFn = Callable[[str], list[dict]]
 """Runs one instant PromQL query and returns Prometheus's `data.result` list."""
 
 _NODE = ", ".join(dcgm.NODE_LABEL_CANDIDATES)
-_WORKLOAD = "exported_pod, exported_namespace, exported_container, pod, namespace, container, job, service"
-"""The pod labels, and the target labels that tell the exporter's own pod from a workload."""
+_WORKLOAD = ("exported_pod, exported_namespace, exported_container, pod, namespace, container, job, service, "
+             "dra_claim_name")
+"""The pod labels, the target labels that tell the exporter's own pod from a workload, and the
+label dcgm-exporter adds where the pod's GPU came from a DRA claim."""
 
 
 def utilisation_selector(matchers: str, *extra: str) -> str:

@@ -102,9 +102,11 @@ def classify_workloads(units: Mapping[UnitKey, Mapping[str, str]],
 
     `exported_*` labels always name the workload. A bare `pod` does not when any series carries
     `exported_pod` (it is the target label then), nor when the series mark it as the exporter's
-    own (`_is_exporter_pod`). Where kube-state-metrics is scraped (`gpu_pods`: the (namespace,
-    pod) pairs requesting a GPU resource), it decides. Without it, a bare pod covering every unit
-    of a multi-GPU node is as likely the exporter as a whole-node job: not credited, and said so.
+    own (`_is_exporter_pod`). A pod with dcgm-exporter's `dra_claim_name` got the GPU through a DRA
+    claim: a workload, though kube-state-metrics lists no GPU request for it. Otherwise, where
+    kube-state-metrics is scraped (`gpu_pods`: the (namespace, pod) pairs requesting a GPU
+    resource), it decides. Without it, a bare pod covering every unit of a multi-GPU node is as
+    likely the exporter as a whole-node job: not credited, and said so.
     """
     any_exported = any(labels.get("exported_pod") for labels in units.values())
     per_node: dict[str, int] = defaultdict(int)
@@ -123,12 +125,13 @@ def classify_workloads(units: Mapping[UnitKey, Mapping[str, str]],
         pod, namespace = labels.get("pod", ""), labels.get("namespace", "")
         if not pod or any_exported or _is_exporter_pod(labels):
             continue
-        if gpu_pods is not None:
-            if (namespace, pod) not in gpu_pods:
+        if not labels.get(dcgm.DRA_CLAIM_LABEL):  # a DRA allocation is never the exporter's own pod
+            if gpu_pods is not None:
+                if (namespace, pod) not in gpu_pods:
+                    continue
+            elif per_node[key[0]] > 1 and cover[key[0], namespace, pod] >= per_node[key[0]]:
+                unsure.add((key[0], namespace, pod))
                 continue
-        elif per_node[key[0]] > 1 and cover[key[0], namespace, pod] >= per_node[key[0]]:
-            unsure.add((key[0], namespace, pod))
-            continue
         allocated[key] = PodRef(namespace, pod, labels.get("container", ""))
     warnings = tuple(f"node {node}: pod {namespace}/{pod} is on every GPU and nothing says whether it is the "
                      f"exporter's own pod or a workload; not counted as an allocation (scrape kube-state-metrics "

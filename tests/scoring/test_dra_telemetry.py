@@ -47,3 +47,20 @@ def test_prometheus_reads_dra_mode_exposition_and_counts_a_shared_gpu_once(expos
     policy = default_policy()
     policy = replace(policy, prometheus=replace(policy.prometheus, url=prom.url))
     assert_read_right(read_snapshot(connect(policy.prometheus), policy))
+
+
+KSM = """# kube-state-metrics lists GPU requests of device-plugin pods only: a DRA pod requests no extended resource
+kube_pod_container_resource_requests{namespace="other",pod="plugin-pod",uid="u1",container="c",node="n9",resource="nvidia_com_gpu",unit="integer"} 1
+kube_pod_status_phase{namespace="other",pod="plugin-pod",uid="u1",phase="Running"} 1
+kube_node_status_allocatable{node="n9",resource="nvidia_com_gpu",unit="integer"} 8
+"""
+
+
+def test_with_kube_state_metrics_scraped_dra_pods_are_still_credited(exposition_server, prometheus):
+    """kube-state-metrics knows no GPU request of a DRA pod; the exporter's DRA labels say it holds one."""
+    prom = prometheus(exposition_server(TEXT), exposition_server(KSM), honor_labels=True)
+    prom.wait_for("DCGM_FI_DEV_POWER_USAGE", at_least=4)
+    prom.wait_for("kube_node_status_allocatable")
+    policy = default_policy()
+    policy = replace(policy, prometheus=replace(policy.prometheus, url=prom.url))
+    assert_read_right(read_snapshot(connect(policy.prometheus), policy))

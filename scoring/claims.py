@@ -341,3 +341,46 @@ def held_devices(allocations: Iterable[Iterable[DeviceId]], inventory: DeviceInv
         if (found := inventory.devices.get(device)) is not None:
             held[found[0]].update(dict.fromkeys(found[1], 1))
     return dict(held)
+
+
+class HeldDevices:
+    """`held_devices` kept up to date as claims come and go, for a watch: each claim's allocation
+    is set or cleared as its events arrive, and the per-node counts follow without a recount.
+    Not thread-safe: the caller holds its own lock."""
+
+    def __init__(self) -> None:
+        self._by_claim: dict[tuple[str, str], tuple[DeviceId, ...]] = {}
+        self._refs: Counter = Counter()
+        self._inventory = DeviceInventory()
+        self.per_node: dict[str, Counter] = defaultdict(Counter)
+        """Node → deviceclass/<class> → devices held."""
+
+    def set_claim(self, key: tuple[str, str], devices: tuple[DeviceId, ...]) -> None:
+        """The claim's allocation now (empty: unallocated or deleted)."""
+        for device in self._by_claim.pop(key, ()):
+            self._refs[device] -= 1
+            if not self._refs[device]:
+                del self._refs[device]
+                self._count(device, -1)
+        if devices:
+            self._by_claim[key] = devices
+            for device in devices:
+                self._refs[device] += 1
+                if self._refs[device] == 1:
+                    self._count(device, +1)
+
+    def clear(self) -> None:
+        self._by_claim.clear()
+        self._refs.clear()
+        self.per_node.clear()
+
+    def use(self, inventory: DeviceInventory) -> None:
+        """Count against new slices (a device a slice no longer publishes holds nothing)."""
+        self._inventory = inventory
+        self.per_node.clear()
+        for device in self._refs:
+            self._count(device, +1)
+
+    def _count(self, device: DeviceId, sign: int) -> None:
+        if (found := self._inventory.devices.get(device)) is not None:
+            self.per_node[found[0]].update(dict.fromkeys(found[1], sign))

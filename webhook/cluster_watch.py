@@ -29,8 +29,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from scoring.claims import (ClaimBook, ClaimNeed, DeviceId, PublishedSlice, allocated_devices, class_of,
-                            held_devices, inventory_from_slices, pod_claims, published_slice, resource_claim_need,
+from scoring.claims import (ClaimBook, ClaimNeed, DeviceInventory, HeldDevices, PublishedSlice, allocated_devices,
+                            class_of, inventory_from_slices, pod_claims, published_slice, resource_claim_need,
                             template_need)
 from scoring.feasibility import NodeFacts, node_facts
 from scoring.policy import PlacementPolicy
@@ -100,7 +100,9 @@ class ClusterWatch:
         self._held: dict[str, Counter] = {}
         self._slices: dict[str, PublishedSlice] = {}
         self._claims: dict[tuple[str, str], ClaimNeed] = {}
-        self._allocations: dict[tuple[str, str], tuple[DeviceId, ...]] = {}
+        self._held_devices = HeldDevices()
+        self._inventory: DeviceInventory | None = None
+        """The slices' devices, counted again only after a slice changed (None)."""
         self._templates: dict[tuple[str, str], ClaimNeed] = {}
         self._book = ClaimBook(self._templates, self._claims)
         """Live (not copied): pod events resolve their claims through it under the lock."""
@@ -149,11 +151,13 @@ class ClusterWatch:
         their held units, as the scheduler's own view counts them."""
         held = {n: dict(c) for n, c in self._held.items()}
         nodes: dict[str, NodeFacts] = dict(self._nodes)
-        if self._slices:
-            inventory = inventory_from_slices(self._slices.values(), self._policy)
-            nodes = with_devices(nodes, inventory)
-            for node, devices in held_devices(self._allocations.values(), inventory).items():
-                held.setdefault(node, {}).update(devices)
+        if self._inventory is None:
+            self._inventory = inventory_from_slices(self._slices.values(), self._policy)
+            self._held_devices.use(self._inventory)
+        if self._inventory.capacity:
+            nodes = with_devices(nodes, self._inventory)
+            for node, devices in self._held_devices.per_node.items():
+                held.setdefault(node, {}).update({r: n for r, n in devices.items() if n})
         return ClusterView(nodes, held, frozenset(self._pods), now, ClaimBook(dict(self._templates), dict(self._claims)))
 
     # -- running ------------------------------------------------------------------------------
@@ -292,9 +296,10 @@ class ClusterWatch:
 
     def _clear_dra(self, kind: str) -> None:
         """Cleared in place: `_book` holds the claim and template dicts."""
-        for state in {"resourceslices": (self._slices,), "resourceclaims": (self._claims, self._allocations),
+        for state in {"resourceslices": (self._slices,), "resourceclaims": (self._claims, self._held_devices),
                       "resourceclaimtemplates": (self._templates,)}[kind]:
             state.clear()
+        self._inventory = None if kind == "resourceslices" else self._inventory
 
     def _apply_dra(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         """Keep only what placement reads: a slice's GPU devices, a claim's need and allocation,
@@ -307,16 +312,13 @@ class ClusterWatch:
                 self._slices.pop(name, None)
             else:
                 self._slices[name] = published_slice(obj, self._policy)
+            self._inventory = None
         elif kind == "resourceclaims":
             if deleted:
                 self._claims.pop((namespace, name), None)
-                self._allocations.pop((namespace, name), None)
             else:
                 self._claims[namespace, name] = resource_claim_need(obj, self._policy)
-                if devices := allocated_devices(obj):
-                    self._allocations[namespace, name] = devices
-                else:
-                    self._allocations.pop((namespace, name), None)
+            self._held_devices.set_claim((namespace, name), () if deleted else allocated_devices(obj))
         elif deleted:
             self._templates.pop((namespace, name), None)
         else:

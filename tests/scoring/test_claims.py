@@ -139,3 +139,27 @@ def test_device_classes_are_validated_by_name():
         parse_policy("placement:\n  gpuDeviceClasses:\n  - {name: a, deviceType: gpu}\n")
     custom = parse_policy("placement:\n  gpuDeviceClasses:\n  - {name: h100.example.com, driver: gpu.nvidia.com}\n")
     assert custom.placement.gpu_device_classes == (GpuDeviceClass("h100.example.com", "gpu.nvidia.com"),)
+
+
+def test_held_devices_kept_by_events_equal_a_recount():
+    """Claims allocated, moved, shared and deleted in a random order, and the slices republished:
+    the running counts equal `held_devices` over the claims as they stand."""
+    import random
+
+    from scoring.claims import HeldDevices
+
+    rng = random.Random(4)
+    inventory = inventory_from_slices([gpu_slice(f"n{i}", 4) for i in range(3)], POLICY)
+    live, current = HeldDevices(), {}
+    live.use(inventory)
+    for step in range(300):
+        key = ("ml", f"c{rng.randrange(12)}")
+        devices = tuple(("gpu.nvidia.com", f"n{rng.randrange(3)}", f"gpu-{rng.randrange(4)}")
+                        for _ in range(rng.choice((0, 1, 2))))
+        live.set_claim(key, devices)
+        current[key] = devices
+        if step == 150:  # n2 republished with two GPUs: its other devices hold nothing now
+            inventory = inventory_from_slices([gpu_slice("n0", 4), gpu_slice("n1", 4), gpu_slice("n2", 2)], POLICY)
+            live.use(inventory)
+        recount = held_devices(current.values(), inventory)
+        assert {n: {r: c for r, c in d.items() if c} for n, d in live.per_node.items() if +d} == recount, step

@@ -7,7 +7,7 @@ it from its world. Frozen, so one refresh's telemetry and cluster view are judge
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from scoring.claims import EMPTY_BOOK, ClaimBook, DeviceInventory
@@ -64,5 +64,9 @@ def with_devices(nodes: Mapping[str, NodeFacts], inventory: DeviceInventory) -> 
     out = dict(nodes)
     for name, devices in inventory.capacity.items():
         if (facts := out.get(name)) is not None:
-            out[name] = replace(facts, allocatable={**facts.allocatable, **devices})
+            out[name] = node_with_devices(facts, devices)
     return out
+
+
+def node_with_devices(facts: NodeFacts, devices: Mapping[str, int]) -> NodeFacts:
+    return NodeFacts(facts.name, facts.labels, facts.taints, facts.unschedulable, {**facts.allocatable, **devices})

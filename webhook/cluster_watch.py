@@ -34,7 +34,7 @@ from scoring.claims import (ClaimBook, ClaimNeed, DeviceInventory, HeldDevices, 
                             template_need)
 from scoring.feasibility import NodeFacts, node_facts
 from scoring.policy import PlacementPolicy
-from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView, with_devices
+from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView, node_with_devices
 from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request
 
 log = logging.getLogger("gpu_balancer.webhook.cluster")
@@ -103,6 +103,8 @@ class ClusterWatch:
         self._held_devices = HeldDevices()
         self._inventory: DeviceInventory | None = None
         """The slices' devices, counted again only after a slice changed (None)."""
+        self._with_devices: dict[str, tuple[NodeFacts, NodeFacts]] = {}
+        """Node → (its facts, the same with its devices), while both stand."""
         self._templates: dict[tuple[str, str], ClaimNeed] = {}
         self._book = ClaimBook(self._templates, self._claims)
         """Live (not copied): pod events resolve their claims through it under the lock."""
@@ -154,8 +156,15 @@ class ClusterWatch:
         if self._inventory is None:
             self._inventory = inventory_from_slices(self._slices.values(), self._policy)
             self._held_devices.use(self._inventory)
+            self._with_devices.clear()
         if self._inventory.capacity:
-            nodes = with_devices(nodes, self._inventory)
+            for name in self._inventory.capacity.keys() & nodes.keys():
+                # A node's facts with its devices, made again only when the node or the slices change.
+                cached = self._with_devices.get(name)
+                if cached is None or cached[0] is not nodes[name]:
+                    cached = self._with_devices[name] = (
+                        nodes[name], node_with_devices(nodes[name], self._inventory.capacity[name]))
+                nodes[name] = cached[1]
             for node, devices in self._held_devices.per_node.items():
                 held.setdefault(node, {}).update({r: n for r, n in devices.items() if n})
         return ClusterView(nodes, held, frozenset(self._pods), now, ClaimBook(dict(self._templates), dict(self._claims)))
@@ -328,6 +337,7 @@ class ClusterWatch:
         name = str(as_dict(obj.get("metadata")).get("name", ""))
         if event == "DELETED":
             self._nodes.pop(name, None)
+            self._with_devices.pop(name, None)
         elif name:
             self._nodes[name] = node_facts(obj, self._policy)
 

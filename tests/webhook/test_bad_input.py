@@ -99,3 +99,50 @@ def test_bodies_only_the_standard_library_reads_are_still_answered():
         decision = decide(request, index=index_fleet(fleet(node("a"))), telemetry_time=NOW, snapshot_age_seconds=1,
                           ledger=SteeringLedger(60), policy=PlacementPolicy(), now=NOW)
         assert decision.review["response"]["allowed"] is True and decision.outcome == "mutated"
+
+
+claim_refs = st.lists(st.one_of(json_values, st.fixed_dictionaries({"name": st.text(max_size=5)}, optional={
+    "resourceClaimTemplateName": st.sampled_from(["t", "u", 7]), "resourceClaimName": st.sampled_from(["c", None])})),
+    max_size=3)
+device_requests = st.lists(st.one_of(json_values, st.fixed_dictionaries({}, optional={
+    "name": json_values, "exactly": st.fixed_dictionaries({}, optional={
+        "deviceClassName": st.sampled_from(["gpu.nvidia.com", "mig.nvidia.com", "x", 3]),
+        "allocationMode": st.sampled_from(["All", "ExactCount", "?", None]), "count": json_values,
+        "adminAccess": json_values}),
+    "firstAvailable": st.lists(json_values | st.fixed_dictionaries({"deviceClassName": st.just("gpu.nvidia.com"),
+                                                                     "count": json_values}), max_size=3)})),
+    max_size=3)
+
+
+claim_status = st.one_of(json_values, st.fixed_dictionaries({"allocation": st.fixed_dictionaries({}, optional={
+    "nodeSelector": json_values | st.just({"nodeSelectorTerms": [{"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": ["a"]}]}]}),
+    "devices": json_values})}))
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(claim_refs, device_requests, claim_status, st.booleans())
+def test_any_dra_pod_and_any_claim_are_allowed_and_never_crash(refs, requests, status, with_view):
+    """DRA input is untrusted too: the pod's claim references, the templates' and claims' specs
+    and allocations, whatever their shape."""
+    from scoring.claims import book_from_objects, class_resource
+    from scoring.feasibility import NodeFacts
+    from scoring.view import ClusterView
+
+    policy = PlacementPolicy()
+    objects = [{"kind": "ResourceClaimTemplate", "metadata": {"name": "t", "namespace": "ml"},
+                "spec": {"spec": {"devices": {"requests": requests}}}},
+               {"kind": "ResourceClaim", "metadata": {"name": "c", "namespace": "ml"},
+                "spec": {"devices": {"requests": requests}}, "status": status}]
+    pod = gpu_pod(resource="cpu")
+    pod["spec"]["resourceClaims"] = refs
+    request = decode_review(json.dumps(review(pod)).encode())
+    index, ledger, book = index_fleet(fleet(node("a"), node("b", util=60))), SteeringLedger(60), book_from_objects(
+        objects, policy)
+    if with_view:
+        devices = {class_resource("gpu.nvidia.com"): 8, class_resource("mig.nvidia.com"): 7}
+        ledger.prepare(index, ClusterView({n: NodeFacts(n, {}, (), False, devices) for n in ("a", "b")}, claims=book))
+    decision = decide(request, index=index, telemetry_time=NOW, snapshot_age_seconds=1, ledger=ledger, policy=policy,
+                      now=NOW, claims=book)
+    assert decision.review["response"]["allowed"] is True
+    apply_response(pod, decision.review)

@@ -103,3 +103,32 @@ def test_the_live_cluster_reads_claims_through_the_api_and_copes_without_dra():
             assert why_not_evictable(blind.pods[0], DeschedulerPolicy()) == "requests no GPU"
     finally:
         server.shutdown()
+
+
+def test_dra_objects_of_any_shape_never_break_the_cluster_read():
+    """A cluster file is untrusted: slices, claims and templates whatever their fields, and pods
+    naming them, read without an exception (the explain reader too)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from sim.explain import context_from_list, nodes_from_list
+    from tests.webhook.test_bad_input import json_values
+
+    kinds = st.sampled_from(["ResourceSlice", "ResourceClaim", "ResourceClaimTemplate"])
+    objects = st.lists(st.fixed_dictionaries({"kind": kinds, "metadata": st.fixed_dictionaries(
+        {"name": st.sampled_from(["a", "b"]), "namespace": st.just("inference")}), "spec": json_values,
+        "status": json_values}), max_size=6)
+
+    @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+    @given(objects, st.lists(json_values, max_size=3))
+    def read(dra_objects, refs):
+        pod = pod_on("p0", "hot-a", template_name="a")
+        pod["spec"]["resourceClaims"] = refs + pod["spec"]["resourceClaims"]
+        items = [dra_node("hot-a"), *dra_objects, pod]
+        cluster = cluster_from_objects(items, PlacementPolicy())
+        cluster.free()
+        document = {"kind": "List", "items": items}
+        nodes_from_list(document)
+        context_from_list(document)
+
+    read()

@@ -1,0 +1,81 @@
+"""What a real Prometheus alone costs to hand over the snapshot's per-GPU rows, against the same
+rows aggregated away: the floor under any refresh that reads one row per GPU. Prints figures; its
+I/O is the local Prometheus and exporters it starts.
+
+    .venv/bin/python bench/series_cost.py [--nodes 5000] [--gpus 8] [--exporters 10] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+from snapshot_scale import start_exporters  # noqa: E402
+
+from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget  # noqa: E402
+from scoring import dcgm, recording  # noqa: E402
+from scoring.policy import default_policy  # noqa: E402
+from scoring.prometheus import snapshot_queries, topology_keys  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--exporters", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    policy = default_policy()
+    keys = topology_keys(policy)
+    total = args.nodes // args.exporters * args.exporters * args.gpus
+    processes, addresses = start_exporters(args.nodes, args.gpus, args.exporters)
+    rules = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115
+    rules.write(yaml.safe_dump(recording.recording_rules(policy, keys)))
+    rules.close()
+    prometheus = LocalPrometheus([ScrapeTarget(a) for a in addresses], scrape_interval="15s",
+                                 rule_files=(Path(rules.name),))
+    try:
+        prometheus.start()
+        prometheus.wait_for(f"count({dcgm.GR_ENGINE_ACTIVE}) == {total}", timeout=300)
+        prometheus.wait_for(f"count({recording.snapshot_record('gpu_engine_active')}) == {total}", timeout=300)
+        queries = snapshot_queries(policy.prometheus.selector_matchers, lookback_seconds=600,
+                                   use_profiling_metrics=True, topology_keys=keys)
+        rows = recording.recorded_query("gpu_engine_active", queries["gpu_engine_active"],
+                                        recording.fingerprint(policy, keys))
+        variants = {"the recorded per-GPU rows": rows,
+                    "the same rows, labels trimmed": f"max by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE, modelName, "
+                                                     f"pod, namespace, container) ({rows})",
+                    "one row per node (sum by node)": f"sum by (Hostname) ({rows})",
+                    "only counting them (count)": f"count({rows})"}
+        session = requests.Session()
+        print(f"{args.nodes} nodes x {args.gpus} GPUs = {total} GPUs; medians of {args.repeats}")
+        for label, promql in variants.items():
+            serve, decode, size = [], [], 0
+            for _ in range(args.repeats):
+                begin = time.perf_counter()
+                body = session.get(prometheus.url + "/api/v1/query", params={"query": promql}, timeout=60).content
+                served = time.perf_counter()
+                json.loads(body)
+                serve.append(served - begin)
+                decode.append(time.perf_counter() - served)
+                size = len(body)
+            print(f"  {label:34s} Prometheus + HTTP {1000 * statistics.median(serve):6.0f} ms, "
+                  f"JSON decode {1000 * statistics.median(decode):5.0f} ms, {size / 1e6:5.1f} MB")
+    finally:
+        Path(rules.name).unlink(missing_ok=True)
+        prometheus.stop()
+        for process in processes:
+            process.terminate()
+
+
+if __name__ == "__main__":
+    main()

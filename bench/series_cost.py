@@ -11,17 +11,14 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import requests
-import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from snapshot_scale import start_exporters  # noqa: E402
+from snapshot_scale import fleet_in_prometheus  # noqa: E402
 
-from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget  # noqa: E402
 from scoring import dcgm, recording  # noqa: E402
 from scoring.policy import default_policy  # noqa: E402
 from scoring.prometheus import snapshot_queries, topology_keys  # noqa: E402
@@ -37,14 +34,7 @@ def main() -> None:
     policy = default_policy()
     keys = topology_keys(policy)
     total = args.nodes // args.exporters * args.exporters * args.gpus
-    processes, addresses = start_exporters(args.nodes, args.gpus, args.exporters)
-    rules = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115
-    rules.write(yaml.safe_dump(recording.recording_rules(policy, keys)))
-    rules.close()
-    prometheus = LocalPrometheus([ScrapeTarget(a) for a in addresses], scrape_interval="15s",
-                                 rule_files=(Path(rules.name),))
-    try:
-        prometheus.start()
+    with fleet_in_prometheus(args.nodes, args.gpus, args.exporters, recorded=True) as prometheus:
         prometheus.wait_for(f"count({dcgm.GR_ENGINE_ACTIVE}) == {total}", timeout=300)
         prometheus.wait_for(f"count({recording.snapshot_record('gpu_engine_active')}) == {total}", timeout=300)
         queries = snapshot_queries(policy.prometheus.selector_matchers, lookback_seconds=600,
@@ -70,11 +60,6 @@ def main() -> None:
                 size = len(body)
             print(f"  {label:34s} Prometheus + HTTP {1000 * statistics.median(serve):6.0f} ms, "
                   f"JSON decode {1000 * statistics.median(decode):5.0f} ms, {size / 1e6:5.1f} MB")
-    finally:
-        Path(rules.name).unlink(missing_ok=True)
-        prometheus.stop()
-        for process in processes:
-            process.terminate()
 
 
 if __name__ == "__main__":

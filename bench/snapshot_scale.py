@@ -12,6 +12,8 @@ RSS. Target (issue 2): 5,000 nodes × 8 GPUs refresh ≤ 2 s and ≤ 300 MB RSS.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 import resource
 import statistics
 import subprocess
@@ -51,6 +53,26 @@ def start_exporters(nodes: int, gpus: int, exporters: int) -> tuple[list[subproc
     return processes, addresses
 
 
+@contextmanager
+def fleet_in_prometheus(nodes: int, gpus: int, exporters: int, *, recorded: bool) -> Iterator[LocalPrometheus]:
+    """Exporters for the fleet and a local Prometheus scraping them (with the default policy's
+    recording rules when `recorded`), stopped on the way out."""
+    processes, addresses = start_exporters(nodes, gpus, exporters)
+    rules = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115
+    rules.write(yaml.safe_dump(recording_rules(default_policy(), topology_keys(default_policy()))))
+    rules.close()
+    prometheus = LocalPrometheus([ScrapeTarget(a) for a in addresses], scrape_interval="15s",
+                                 rule_files=(Path(rules.name),) if recorded else ())
+    try:
+        prometheus.start()
+        yield prometheus
+    finally:
+        Path(rules.name).unlink(missing_ok=True)
+        prometheus.stop()
+        for process in processes:
+            process.terminate()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -62,14 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     total_gpus = (args.nodes // args.exporters) * args.exporters * args.gpus
 
-    processes, addresses = start_exporters(args.nodes, args.gpus, args.exporters)
-    rules = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115
-    rules.write(yaml.safe_dump(recording_rules(default_policy(), topology_keys(default_policy()))))
-    rules.close()
-    prometheus = LocalPrometheus([ScrapeTarget(a) for a in addresses], scrape_interval="15s",
-                                 rule_files=(Path(rules.name),) if args.recorded else ())
-    try:
-        prometheus.start()
+    with fleet_in_prometheus(args.nodes, args.gpus, args.exporters, recorded=args.recorded) as prometheus:
         started = time.monotonic()
         prometheus.wait_for(f"count({dcgm.GR_ENGINE_ACTIVE}) == {total_gpus}", timeout=300)
         if args.recorded:  # the first evaluation after every GPU is in
@@ -131,11 +146,6 @@ def main() -> None:
         print(f"heat model over {len(fleet.nodes)} nodes: {heat_seconds * 1000:.1f} ms")
         print(f"peak RSS of the refreshing process: {rss_peak:.0f} MB (before refreshes {rss_before:.0f} MB; "
               f"target <= 300 MB)")
-    finally:
-        Path(rules.name).unlink(missing_ok=True)
-        prometheus.stop()
-        for process in processes:
-            process.terminate()
 
 
 if __name__ == "__main__":

@@ -39,13 +39,18 @@ def main() -> None:
         prometheus.wait_for(f"count({recording.snapshot_record('gpu_engine_active')}) == {total}", timeout=300)
         queries = snapshot_queries(policy.prometheus.selector_matchers, lookback_seconds=600,
                                    use_profiling_metrics=True, topology_keys=keys)
+        summed = f'{{__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}|{dcgm.POWER_USAGE}"}}'
+        per_node = ", ".join(dcgm.NODE_LABEL_CANDIDATES)
         rows = recording.recorded_query("gpu_engine_active", queries["gpu_engine_active"],
                                         recording.fingerprint(policy, keys))
         variants = {"the recorded per-GPU rows": rows,
                     "the same rows, labels trimmed": f"max by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE, modelName, "
                                                      f"pod, namespace, container) ({rows})",
                     "one row per node (sum by node)": f"sum by (Hostname) ({rows})",
-                    "only counting them (count)": f"count({rows})"}
+                    "only counting them (count)": f"count({rows})",
+                    # The raw `sums` query as issue 18 left it (each GPU once) and as it was (each series once).
+                    "raw sums, each GPU once": queries["sums"],
+                    "raw sums, each series once": f"sum by (__name__, {per_node}) ({summed})"}
         session = requests.Session()
         print(f"{args.nodes} nodes x {args.gpus} GPUs = {total} GPUs; medians of {args.repeats}")
         for label, promql in variants.items():

@@ -14,7 +14,7 @@ from typing import Any
 
 from scoring.claims import (EMPTY_BOOK, ClaimBook, allocated_devices, book_from_objects, class_of, held_devices,
                             inventory_from_slices, pod_claims)
-from scoring.feasibility import NodeFacts, PodConstraints, constraints_of, node_facts
+from scoring.feasibility import NodeFacts, PodConstraints, constraints_for, node_facts
 from scoring.policy import OptInPolicy, PlacementPolicy
 from scoring.view import with_devices
 from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request, labels_of, training_group
@@ -118,11 +118,11 @@ def pod_info(obj: dict[str, Any], policy: PlacementPolicy, book: ClaimBook = EMP
     annotations = {k: v for k, v in as_dict(metadata.get("annotations")).items() if isinstance(v, str)}
     labels = labels_of(obj)
     claims = pod_claims(obj, book, policy)
-    constraints = constraints_of(obj, policy, claims)
     try:
         request = gpu_request(obj, policy, claims)
     except BadQuantity:
         request = None
+    constraints = constraints_for(obj, request)
     volumes = as_list(spec.get("volumes"))
     namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
     owner_kind, owner_name = str(owner.get("kind", "")), str(owner.get("name", ""))

@@ -17,7 +17,8 @@ from typing import Any
 from scoring.claims import PodClaims, class_of
 from scoring.node_selectors import NodeSelectorTerm, selector_terms
 from scoring.policy import PlacementPolicy
-from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request, is_gpu_resource, parse_quantity
+from scoring.workloads import (BadQuantity, GpuRequest, as_dict, as_list, gpu_request, is_gpu_resource,
+                               parse_quantity)
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 FILTERED_EFFECTS = ("NoSchedule", "NoExecute")
@@ -96,18 +97,22 @@ def tolerations_of(pod: Mapping[str, Any]) -> tuple[Toleration, ...]:
 
 def constraints_of(pod: Mapping[str, Any], policy: PlacementPolicy, claims: PodClaims | None = None) -> PodConstraints:
     """The pod's constraints from its JSON and its resolved ResourceClaims; tolerant of missing or
-    mistyped fields."""
-    spec = as_dict(pod.get("spec"))
-    selector = tuple(sorted((str(k), str(v)) for k, v in as_dict(spec.get("nodeSelector")).items()))
-    required = as_dict(as_dict(as_dict(spec.get("affinity")).get("nodeAffinity"))
-                       .get("requiredDuringSchedulingIgnoredDuringExecution"))
-    terms = selector_terms(required)
+    mistyped fields (a GPU quantity that is not one counts as no GPU)."""
     try:
         request = gpu_request(dict(pod), policy, claims)
     except BadQuantity:
         request = None
+    return constraints_for(pod, request)
+
+
+def constraints_for(pod: Mapping[str, Any], request: GpuRequest | None) -> PodConstraints:
+    """`constraints_of` for a caller that has read the pod's GPU needs already (`gpu_request`)."""
+    spec = as_dict(pod.get("spec"))
+    selector = tuple(sorted((str(k), str(v)) for k, v in as_dict(spec.get("nodeSelector")).items()))
+    required = as_dict(as_dict(as_dict(spec.get("affinity")).get("nodeAffinity"))
+                       .get("requiredDuringSchedulingIgnoredDuringExecution"))
     claimed = request.claims if request is not None else None
-    return PodConstraints(selector, terms, tolerations_of(pod), request.units if request else (),
+    return PodConstraints(selector, selector_terms(required), tolerations_of(pod), request.units if request else (),
                           claimed.all_of if claimed else (), claimed.alternatives if claimed else (),
                           claimed.allocated_to if claimed else ())
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from scoring.claims import ClaimBook, has_resource_claims, pod_claims
-from scoring.feasibility import constraints_of
+from scoring.feasibility import constraints_for
 from scoring.placement import NO_ADVICE, PlacementIndex, advise, advise_group
 from scoring.policy import PlacementPolicy
 from webhook.ledger import SteeringLedger
@@ -65,7 +65,7 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
 
     # With a cluster view, advice names only nodes the pod could be scheduled on; without one
     # (no API access) it falls back to telemetry alone.
-    constraints = constraints_of(pod, policy, claimed) if view is not None else None
+    constraints = constraints_for(pod, needs) if view is not None else None
     units = needs.expected_units() or (("nvidia.com/gpu", max(1, needs.whole_gpus)),)
     if index is None or index.stale:
         advice = NO_ADVICE

@@ -200,6 +200,15 @@ class PodClaims:
     def asks_for_gpus(self) -> bool:
         return bool(self.named or self.templated)
 
+    def likely_extra(self) -> Counter:
+        """Devices beyond `units` it most likely takes on its node: one of each class it claims
+        with `All` (at least), and each `firstAvailable` request's first choice."""
+        extra = Counter(dict.fromkeys(self.all_of, 1))
+        for resource, count in (group[0] for group in self.alternatives):
+            if resource:
+                extra[resource] += count
+        return extra
+
 
 def has_resource_claims(pod: Mapping[str, Any]) -> bool:
     return bool(as_list(as_dict(pod.get("spec")).get("resourceClaims")))

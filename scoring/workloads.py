@@ -83,15 +83,11 @@ class GpuRequest:
     def expected_units(self) -> tuple[tuple[str, int], ...]:
         """The units it will most likely take on its node: `units`, one device of each class it
         claims with `All` (at least), and each `firstAvailable` request's first choice."""
-        if self.claims is None or not (self.claims.all_of or self.claims.alternatives):
+        extra = self.claims.likely_extra() if self.claims is not None else None
+        if not extra:
             return self.units
-        expected = dict(self.units)
-        for resource in self.claims.all_of:
-            expected[resource] = expected.get(resource, 0) + 1
-        for resource, count in (group[0] for group in self.claims.alternatives):
-            if resource:
-                expected[resource] = expected.get(resource, 0) + count
-        return tuple(sorted(expected.items()))
+        extra.update(dict(self.units))
+        return tuple(sorted(extra.items()))
 
 
 def _is_whole_gpu(resource: str) -> bool:

@@ -157,9 +157,8 @@ def claimed_devices(pod: Mapping[str, Any], context: ClusterContext) -> Counter:
     claims = pod_claims(pod, context.claims, context.placement)
     if claims is None or not claims.asks_for_gpus:
         return Counter()
-    devices = Counter(dict(claims.units))
-    devices.update(dict.fromkeys(claims.all_of, 1))
-    devices.update({group[0][0]: group[0][1] for group in claims.alternatives if group[0][0]})
+    devices = claims.likely_extra()
+    devices.update(dict(claims.units))
     return devices
 
 

@@ -163,3 +163,16 @@ def test_held_devices_kept_by_events_equal_a_recount():
             live.use(inventory)
         recount = held_devices(current.values(), inventory)
         assert {n: {r: c for r, c in d.items() if c} for n, d in live.per_node.items() if +d} == recount, step
+
+
+def test_the_units_a_pod_most_likely_takes_add_every_first_choice():
+    """Two firstAvailable requests whose first choice is the same class take two devices of it,
+    in the webhook's booking and in the scheduler model alike."""
+    from sim.scheduler import ClusterContext, claimed_devices
+
+    spec = template("fa2", first_available((GPU_CLASS, 1), (MIG_CLASS, 1)),
+                    first_available((GPU_CLASS, 1), (MIG_CLASS, 1), name="second"), exactly(mode="All", name="all"))
+    pod = dra_pod("a", template_name="fa2")
+    request, _ = needs(pod, spec)
+    assert request.units == () and request.expected_units() == ((GPU, 3),)
+    assert claimed_devices(pod, ClusterContext(claims=book_from_objects([spec], POLICY))) == {GPU: 3}

@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from scoring.claims import (EMPTY_BOOK, ClaimBook, allocated_devices, book_from_objects, class_of, held_devices,
-                            inventory_from_slices, pod_claims)
+from scoring.claims import EMPTY_BOOK, ClaimBook, book_from_objects, class_of, devices_from_objects, pod_claims
 from scoring.feasibility import NodeFacts, PodConstraints, constraints_for, node_facts
 from scoring.policy import OptInPolicy, PlacementPolicy
-from scoring.view import with_devices
+from scoring.view import node_with_devices
 from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request, labels_of, training_group
 
 DRA_KINDS = ("ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
@@ -141,7 +140,10 @@ def pod_info(obj: dict[str, Any], policy: PlacementPolicy, book: ClaimBook = EMP
 
 
 def node_info(obj: dict[str, Any], policy: PlacementPolicy) -> NodeInfo:
-    facts = node_facts(obj, policy)
+    return _node_info_of(node_facts(obj, policy))
+
+
+def _node_info_of(facts: NodeFacts) -> NodeInfo:
     return NodeInfo(facts.name, {k: v for k, v in facts.allocatable.items() if v > 0}, facts.unschedulable, facts)
 
 
@@ -157,12 +159,12 @@ def cluster_from_objects(items: Iterable[dict[str, Any]], policy: PlacementPolic
     opt_in = opt_in or OptInPolicy()
     nodes: dict[str, NodeInfo] = {}
     pod_objects: list[dict[str, Any]] = []
-    dra: dict[str, list[dict[str, Any]]] = {kind: [] for kind in DRA_KINDS}
+    dra_objects: list[dict[str, Any]] = []
     namespaces: set[str] | None = None
     for obj in items:
         kind = obj.get("kind") if isinstance(obj, dict) else None
-        if kind in dra:
-            dra[kind].append(obj)
+        if kind in DRA_KINDS:
+            dra_objects.append(obj)
         if kind == "Namespace":
             namespaces = set() if namespaces is None else namespaces
             metadata = as_dict(obj.get("metadata"))
@@ -173,13 +175,11 @@ def cluster_from_objects(items: Iterable[dict[str, Any]], policy: PlacementPolic
             nodes[node.name] = node
         elif kind == "Pod":
             pod_objects.append(obj)
-    book = book_from_objects(dra["ResourceClaimTemplate"] + dra["ResourceClaim"], policy)
-    inventory = inventory_from_slices(dra["ResourceSlice"], policy)
-    if inventory.capacity:
-        facts = with_devices({name: n.facts for name, n in nodes.items() if n.facts is not None}, inventory)
-        nodes = {name: NodeInfo(name, {k: v for k, v in facts[name].allocatable.items() if v > 0}, n.unschedulable,
-                                facts[name]) if name in facts else n for name, n in nodes.items()}
-    held = held_devices((allocated_devices(c) for c in dra["ResourceClaim"]), inventory)
+    book = book_from_objects(dra_objects, policy)
+    inventory, held = devices_from_objects(dra_objects, policy)
+    for name in inventory.capacity.keys() & nodes.keys():
+        if (facts := nodes[name].facts) is not None:
+            nodes[name] = _node_info_of(node_with_devices(facts, inventory.capacity[name]))
     pods = tuple(pod_info(obj, policy, book) for obj in pod_objects)
     return Cluster(nodes, pods, None if namespaces is None else frozenset(namespaces),
                    {node: dict(devices) for node, devices in held.items()})

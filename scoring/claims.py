@@ -352,6 +352,16 @@ def held_devices(allocations: Iterable[Iterable[DeviceId]], inventory: DeviceInv
     return dict(held)
 
 
+def devices_from_objects(objects: Iterable[Mapping[str, Any]], policy: PlacementPolicy
+                         ) -> tuple[DeviceInventory, dict[str, Counter]]:
+    """The inventory of a listing's ResourceSlices and the devices its ResourceClaims hold (other
+    kinds are ignored): what a cluster file says of DRA devices."""
+    objects = list(objects)
+    inventory = inventory_from_slices((o for o in objects if o.get("kind") == "ResourceSlice"), policy)
+    claims = (allocated_devices(o) for o in objects if o.get("kind") == "ResourceClaim")
+    return inventory, held_devices(claims, inventory)
+
+
 class HeldDevices:
     """`held_devices` kept up to date as claims come and go, for a watch: each claim's allocation
     is set or cleared as its events arrive, and the per-node counts follow without a recount.

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from scoring.claims import EMPTY_BOOK, ClaimBook, DeviceInventory
+from scoring.claims import EMPTY_BOOK, ClaimBook
 from scoring.feasibility import NodeFacts
 
 _EMPTY: Mapping[str, int] = {}
@@ -58,15 +58,7 @@ class ClusterView:
         return facts.allocatable.get(resource, 0) - self.held.get(node, _EMPTY).get(resource, 0)
 
 
-def with_devices(nodes: Mapping[str, NodeFacts], inventory: DeviceInventory) -> dict[str, NodeFacts]:
-    """The nodes with their ResourceSlices' GPU devices added to `allocatable` as
-    `deviceclass/<class>` units (a node the slices name but the view lacks is left out)."""
-    out = dict(nodes)
-    for name, devices in inventory.capacity.items():
-        if (facts := out.get(name)) is not None:
-            out[name] = node_with_devices(facts, devices)
-    return out
-
-
 def node_with_devices(facts: NodeFacts, devices: Mapping[str, int]) -> NodeFacts:
+    """The node's facts with its ResourceSlices' GPU devices added to `allocatable` as
+    `deviceclass/<class>` units."""
     return NodeFacts(facts.name, facts.labels, facts.taints, facts.unschedulable, {**facts.allocatable, **devices})

@@ -11,7 +11,7 @@ from typing import Any
 
 from scoring.heat import fleet_heat
 from scoring.placement import index_fleet
-from scoring.claims import allocated_devices, held_devices, inventory_from_slices
+from scoring.claims import devices_from_objects
 from scoring.policy import BalancerPolicy, PlacementPolicy
 from scoring.telemetry import ClusterSnapshot
 from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
@@ -61,13 +61,11 @@ def nodes_from_list(document: Any, placement: PlacementPolicy | None = None) -> 
             node = nodes.get(str(as_dict(obj.get("spec")).get("nodeName", "")))
             if node is not None and as_dict(obj.get("status")).get("phase") in ("Pending", "Running", None):
                 node.bind(obj)
-    placement = placement or PlacementPolicy()
-    inventory = inventory_from_slices([o for o in document["items"] if o.get("kind") == "ResourceSlice"], placement)
+    inventory, held = devices_from_objects(document["items"], placement or PlacementPolicy())
     for name, devices in inventory.capacity.items():
         if name in nodes:
             nodes[name].allocatable.update(devices)
-    claims = [o for o in document["items"] if o.get("kind") == "ResourceClaim"]
-    for name, devices in held_devices(map(allocated_devices, claims), inventory).items():
+    for name, devices in held.items():
         if name in nodes:
             nodes[name].requested.update(devices)
     return list(nodes.values())

@@ -26,7 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from descheduler.cluster import namespace_object
-from scoring.claims import ClaimBook, class_of, class_resource, template_need
+from scoring.claims import book_from_objects, class_of, class_resource
 from scoring.policy import OptInPolicy, PlacementPolicy
 from sim.scenario import PoolShape, Scenario
 from sim.scheduler import IMAGE_SIZE_ANNOTATION, NO_CONTEXT, ClusterContext, NodeState, claimed_devices, pod_key
@@ -222,8 +222,7 @@ def _add_templates(world: World) -> None:
             "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                 "deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}}}}
     placement = PlacementPolicy()
-    book = ClaimBook({key: template_need(obj, placement) for key, obj in world.templates.items()}, {})
-    world.context = ClusterContext(claims=book, placement=placement)
+    world.context = ClusterContext(claims=book_from_objects(world.templates.values(), placement), placement=placement)
 
 
 def _claim_gpus(pod: dict, device_class: str, count: int) -> None:

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler.plan import plan_evictions
-from scoring.claims import EMPTY_BOOK, ClaimBook, book_from_objects, class_of, pod_claims
+from scoring.claims import ClaimBook, book_from_objects, class_of, pod_claims
 from scoring.feasibility import constraints_of, why_infeasible
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
@@ -22,7 +22,7 @@ from scoring.serving import (ServingReplica, SustainedServing, latency_label, pr
 from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
 from scoring.telemetry import GpuSample, PodRef
 from scoring.workloads import gpu_request
-from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView
+from scoring.view import BOOKING_ANNOTATION, Binding
 from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
 from sim.scheduler import choose, evaluate, pod_key, view_of
 from webhook.admit import decide
@@ -70,12 +70,7 @@ def _requested_units(node) -> float:
 
 def claim_book(world: World, policy: BalancerPolicy) -> ClaimBook:
     """The world's claim templates as the webhook reads them, with its own policy's GPU classes."""
-    return book_from_objects(world.templates.values(), policy.placement) if world.templates else EMPTY_BOOK
-
-
-def cluster_view(world: World, policy: BalancerPolicy, now: datetime, book: ClaimBook = EMPTY_BOOK) -> ClusterView:
-    """The world as the webhook's list/watch shows it: nodes and the GPU units bound pods hold."""
-    return view_of(world.nodes.values(), now, book)
+    return book_from_objects(world.templates.values(), policy.placement)
 
 
 def preferred_nodes(pod: dict) -> tuple[str, ...]:
@@ -228,7 +223,7 @@ class GpuBalancer(Stock):
         fleet = fleet_heat(snapshot, self.policy.heat, now=now,
                            staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
         telemetry = telemetry_of(snapshot, fleet)
-        view = cluster_view(world, self.policy, now, self._claims(world))
+        view = view_of(world.nodes.values(), now, self._claims(world))  # what the webhook's watch shows
         for ledger in self._ledgers(world):
             ledger.prepare(telemetry.index, view)
         self._telemetry, self._telemetry_tick = (snapshot, fleet, telemetry, view), world.tick

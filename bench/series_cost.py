@@ -40,6 +40,7 @@ def main() -> None:
         queries = snapshot_queries(policy.prometheus.selector_matchers, lookback_seconds=600,
                                    use_profiling_metrics=True, topology_keys=keys)
         summed = f'{{__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}|{dcgm.POWER_USAGE}"}}'
+        framebuffer = f'{{__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}"}}'
         per_node = ", ".join(dcgm.NODE_LABEL_CANDIDATES)
         rows = recording.recorded_query("gpu_engine_active", queries["gpu_engine_active"],
                                         recording.fingerprint(policy, keys))
@@ -48,9 +49,12 @@ def main() -> None:
                                                      f"pod, namespace, container) ({rows})",
                     "one row per node (sum by node)": f"sum by (Hostname) ({rows})",
                     "only counting them (count)": f"count({rows})",
-                    # The raw `sums` query as issue 18 left it (each GPU once) and as it was (each series once).
+                    # The raw `sums` and `fb_counts` queries as issue 18 left them (each GPU once) and as
+                    # they were (each series once).
                     "raw sums, each GPU once": queries["sums"],
-                    "raw sums, each series once": f"sum by (__name__, {per_node}) ({summed})"}
+                    "raw sums, each series once": f"sum by (__name__, {per_node}) ({summed})",
+                    "raw fb_counts, each GPU once": queries["fb_counts"],
+                    "raw fb_counts, each series once": f"count by (__name__, {per_node}) ({framebuffer})"}
         session = requests.Session()
         print(f"{args.nodes} nodes x {args.gpus} GPUs = {total} GPUs; medians of {args.repeats}")
         for label, promql in variants.items():

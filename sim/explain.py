@@ -11,7 +11,7 @@ from typing import Any
 
 from scoring.heat import fleet_heat
 from scoring.placement import index_fleet
-from scoring.claims import devices_from_objects
+from scoring.claims import PodClaims, class_of, devices_from_objects, pod_claims
 from scoring.policy import BalancerPolicy, PlacementPolicy
 from scoring.telemetry import ClusterSnapshot
 from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
@@ -90,8 +90,12 @@ def context_from_list(document: dict, placement: PlacementPolicy | None = None) 
 def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | None, policy: BalancerPolicy,
             now: datetime, context: ClusterContext = NO_CONTEXT) -> dict:
     """Per node: feasibility, the failed filter, each plugin's score and the total; the top node(s).
-    With a snapshot, the same after the webhook's advice (`advised`), and the advice itself."""
+    With a snapshot, the same after the webhook's advice (`advised`), and the advice itself. A
+    pod that names ResourceClaims gets `claims`: how they were read (GPU devices counted, `All`,
+    `firstAvailable`, allocated, not found)."""
     result = _shape(evaluate(pod, nodes, context=context))
+    if (claims := pod_claims(pod, context.claims, context.placement)) is not None:
+        result["claims"] = _claim_lines(claims)
     if snapshot is None:
         return result
     fleet = fleet_heat(snapshot, policy.heat, now=now, staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
@@ -109,6 +113,13 @@ def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | No
     return result
 
 
+def _claim_lines(claims: PodClaims) -> list[str]:
+    devices = ", ".join(f"{class_of(r)}×{n}" for r, n in claims.units)
+    lines = [f"GPU claims {', '.join((*claims.templated, *claims.named))}: {devices or 'no fixed count'}"
+             ] if claims.asks_for_gpus else ["no claim asks for a GPU DeviceClass"]
+    return lines + list(claims.notes) + [f"claim {name}: not in the cluster file" for name in claims.missing]
+
+
 def as_table(result: dict) -> str:
     def block(title: str, shape: dict) -> list[str]:
         lines = [title, f"{'NODE':24s} {'FEASIBLE':9s} {'TOTAL':>7s}  SCORES / FAILED FILTER"]
@@ -118,7 +129,8 @@ def as_table(result: dict) -> str:
         lines.append(f"chosen: {', '.join(shape['chosen']) or 'none (the pod stays Pending)'}")
         return lines
 
-    lines = block("stock scheduler:", result)
+    lines = [f"claims: {line}" for line in result.get("claims", ())]
+    lines += block("stock scheduler:", result)
     if "advised" in result:
         lines += ["", f"after gpu-balancer's advice ({result['advice']}):", *block("", result["advised"])[1:]]
     return "\n".join(lines)

@@ -112,3 +112,27 @@ def test_the_explain_command_reads_a_dra_cluster_file(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert sorted(json.loads(done.stdout)["chosen"]) == ["gpu-b", "gpu-c"]
+
+
+def test_explain_says_how_the_pods_claims_were_read(tmp_path):
+    document = dra_cluster()
+    document["items"].append(template("all-gpus", exactly(mode="All")))
+    context = context_from_list(document)
+    nodes = nodes_from_list(document)
+    counted = explain(dra_pod("a", template_name="two-gpus"), nodes, snapshot=None, policy=default_policy(), now=NOW,
+                      context=context)
+    assert counted["claims"] == ["GPU claims two-gpus: gpu.nvidia.com×2"]
+    every = explain(dra_pod("b", template_name="all-gpus"), nodes, snapshot=None, policy=default_policy(), now=NOW,
+                    context=context)
+    assert any("allocationMode All" in line for line in every["claims"])
+    missing = explain(dra_pod("c", template_name="nope"), nodes, snapshot=None, policy=default_policy(), now=NOW,
+                      context=context)
+    assert missing["claims"][-1] == "claim nope: not in the cluster file"
+    assert "claims" not in explain(dra_pod("d", template_name="two-gpus") | {"spec": {"containers": []}}, nodes,
+                                   snapshot=None, policy=default_policy(), now=NOW, context=context)
+    (tmp_path / "cluster.json").write_text(json.dumps(document))
+    (tmp_path / "pod.json").write_text(json.dumps(dra_pod("b", template_name="all-gpus")))
+    table = subprocess.run([sys.executable, "-m", "gpu_balancer", "explain", "--cluster-file",
+                            str(tmp_path / "cluster.json"), "--pod", str(tmp_path / "pod.json")],
+                           capture_output=True, text=True)
+    assert table.returncode == 0 and "claims: claim all-gpus: request gpu: allocationMode All" in table.stdout, table

@@ -1,6 +1,6 @@
-"""What a real Prometheus alone costs to hand over the snapshot's per-GPU rows, against the same
-rows aggregated away: the floor under any refresh that reads one row per GPU. Prints figures; its
-I/O is the local Prometheus and exporters it starts.
+"""What a real Prometheus alone costs to hand over the snapshot's per-GPU rows, against the
+per-node records and per-pod rows a recorded refresh reads instead. Prints figures; its I/O is the
+local Prometheus and exporters it starts.
 
     .venv/bin/python bench/series_cost.py [--nodes 5000] [--gpus 8] [--exporters 10] [--repeats 3]
 """
@@ -21,7 +21,7 @@ from snapshot_scale import fleet_in_prometheus  # noqa: E402
 
 from scoring import dcgm, recording  # noqa: E402
 from scoring.policy import default_policy  # noqa: E402
-from scoring.prometheus import snapshot_queries, topology_keys  # noqa: E402
+from scoring.prometheus import REPLACEMENT_ROWS, snapshot_queries, topology_keys  # noqa: E402
 
 
 def main() -> None:
@@ -36,19 +36,18 @@ def main() -> None:
     total = args.nodes // args.exporters * args.exporters * args.gpus
     with fleet_in_prometheus(args.nodes, args.gpus, args.exporters, recorded=True) as prometheus:
         prometheus.wait_for(f"count({dcgm.GR_ENGINE_ACTIVE}) == {total}", timeout=300)
-        prometheus.wait_for(f"count({recording.snapshot_record('gpu_engine_active')}) == {total}", timeout=300)
+        prometheus.wait_for(f"sum({recording.snapshot_record('node_units')}) == {total}", timeout=300)
         queries = snapshot_queries(policy.prometheus.selector_matchers, lookback_seconds=600,
                                    use_profiling_metrics=True, topology_keys=keys)
         summed = f'{{__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}|{dcgm.POWER_USAGE}"}}'
         framebuffer = f'{{__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}"}}'
         per_node = ", ".join(dcgm.NODE_LABEL_CANDIDATES)
-        rows = recording.recorded_query("gpu_engine_active", queries["gpu_engine_active"],
-                                        recording.fingerprint(policy, keys))
-        variants = {"the recorded per-GPU rows": rows,
-                    "the same rows, labels trimmed": f"max by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE, modelName, "
-                                                     f"pod, namespace, container) ({rows})",
-                    "one row per node (sum by node)": f"sum by (Hostname) ({rows})",
-                    "only counting them (count)": f"count({rows})",
+        ours = recording.fingerprint(policy, keys)
+        copies = recording.record_selector("unit_copies", ours)
+        variants = {"recorded per-GPU rows (unit_copies)": copies,
+                    "only counting them (count)": f"count({copies})",
+                    # What a recorded refresh reads in their place.
+                    **{f"recorded {name}": recording.record_selector(name, ours) for name in REPLACEMENT_ROWS},
                     # The raw `sums` and `fb_counts` queries as issue 18 left them (each GPU once) and as
                     # they were (each series once).
                     "raw sums, each GPU once": queries["sums"],
@@ -67,7 +66,7 @@ def main() -> None:
                 serve.append(served - begin)
                 decode.append(time.perf_counter() - served)
                 size = len(body)
-            print(f"  {label:34s} Prometheus + HTTP {1000 * statistics.median(serve):6.0f} ms, "
+            print(f"  {label:38s} Prometheus + HTTP {1000 * statistics.median(serve):6.0f} ms, "
                   f"JSON decode {1000 * statistics.median(decode):5.0f} ms, {size / 1e6:5.1f} MB")
 
 

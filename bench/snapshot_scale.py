@@ -88,7 +88,7 @@ def main() -> None:
         started = time.monotonic()
         prometheus.wait_for(f"count({dcgm.GR_ENGINE_ACTIVE}) == {total_gpus}", timeout=300)
         if args.recorded:  # the first evaluation after every GPU is in
-            prometheus.wait_for(f"count({snapshot_record('gpu_engine_active')}) == {total_gpus}", timeout=300)
+            prometheus.wait_for(f"sum({snapshot_record('node_units')}) == {total_gpus}", timeout=300)
             prometheus.wait_for(f"{NODE_UTIL}", at_least=args.nodes // args.exporters * args.exporters, timeout=300)
             prometheus.wait_for(snapshot_record("newest_sample"), timeout=300)
         print(f"fleet: {args.nodes} nodes x {args.gpus} GPUs = {total_gpus} GPUs from {args.exporters} exporters, "

@@ -15,13 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
+import orjson
 import requests
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from scoring import dcgm, recording, serving
 from scoring.policy import BalancerPolicy, PrometheusConnection
-from scoring.series import Series, build_snapshot, detect_node_label, ksm_label_name, selector
+from scoring.series import EXPORTER_HINTS, Series, build_snapshot, detect_node_label, ksm_label_name, selector
 from scoring.telemetry import ClusterSnapshot
 
 
@@ -130,6 +131,62 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_me
     return queries
 
 
+RECORDED_INSTEAD = ("gpu_engine_active", "gpu_util", "fb_counts")
+"""The raw queries whose answers have a row per unit or per node and gauge: the recording rules
+replace them by per-node records (`replacement_records`), which is what makes a recorded
+refresh cheap."""
+
+REPLACEMENT_ROWS = ("node_units", "node_util_sum", "node_util_max", "mig_parents", "pod_units", "fb_unknown")
+"""The replacement records the reader fetches (the others are steps between)."""
+
+
+def replacement_records(matchers: str, *, use_profiling_metrics: bool, recorded: Callable[..., str]) -> dict[str, str]:
+    """The recording rules that stand in for `RECORDED_INSTEAD`, in evaluation order: a later rule
+    reads an earlier one's series through `recorded(name, *matchers)` (its selector, fingerprint
+    included).
+
+    `unit_copies` is one row per unit and pod copy, utilisation 0–100 from the preferred gauge
+    (the other only where a unit lacks it), as the raw rows give it; `units` takes each unit once
+    and leaves out a MIG-enabled GPU's own row. From those: per node and GPU kind the unit count,
+    per node the utilisation's sum and maximum, and per node the MIG parents (which still count
+    as reporting, for vanished GPUs). Only units whose series name a pod come per unit
+    (`pod_units`), because which pod is a workload is decided from labels in Python
+    (`scoring.series.classify_workloads`): a bare `pod` only where no series has `exported_pod`,
+    and never the exporter's own by name (the rest of that test needs two labels compared).
+    `fb_unknown` names only the nodes where fewer GPUs report FB_FREE than FB_USED (their memory
+    is unknown), in place of both counts for every node.
+    """
+    per_unit = f"{_NODE}, gpu, GPU_I_ID, GPU_I_PROFILE, modelName, {_WORKLOAD}"
+    unit = f"{_NODE}, gpu, GPU_I_ID"
+    engine = f"100 * {selector(dcgm.GR_ENGINE_ACTIVE, matchers)}"
+    util = selector(dcgm.GPU_UTIL, matchers)
+    preferred, other = (engine, util) if use_profiling_metrics else (util, engine)
+    copies = recorded("unit_copies")
+    # A MIG-enabled GPU: grouped without GPU_I_ID, it matches exactly its own row's key (GPU_I_ID
+    # empty) `on (unit)`, and selecting instance rows is cheap where there are none.
+    parent_rows, instance_rows = recorded("unit_copies", 'GPU_I_ID=""'), recorded("unit_copies", 'GPU_I_ID!=""')
+    partitioned = f"max by ({_NODE}, gpu) ({instance_rows})"
+    hints = "|".join(EXPORTER_HINTS)
+    bare_pods = recorded("unit_copies", 'pod!=""', f'pod!~".*({hints}).*"', f'container!~".*({hints}).*"')
+    exported = recorded("unit_copies", 'exported_pod!=""')
+    units = recorded("units")
+    used, free = (f"count by ({_NODE}) (max by ({unit}) ({selector(metric, matchers)}))"
+                  for metric in (dcgm.FB_USED, dcgm.FB_FREE))
+    return {
+        "unit_copies": (f"clamp(max by ({per_unit}) ({preferred}) or "
+                        f"max by ({per_unit}) ({other} unless on ({unit}) {preferred}), 0, 100)"),
+        "units": f"max by ({unit}, GPU_I_PROFILE, modelName) ({copies}) unless on ({unit}) {partitioned}",
+        "node_units": f"count by ({_NODE}, GPU_I_PROFILE, modelName) ({units})",
+        "node_util_sum": f"sum by ({_NODE}) ({units})",
+        "node_util_max": f"max by ({_NODE}) ({units})",
+        "mig_parents": f"count by ({_NODE}) (max by ({unit}) ({parent_rows}) and on ({unit}) {partitioned})",
+        # Without the GPU kind, which `node_units` gives: a tenth less to serve and decode.
+        "pod_units": (f"max by ({unit}, {_WORKLOAD}) (({exported} or ({bare_pods} unless on () count({exported})))"
+                      f" unless on ({unit}) {partitioned})"),
+        "fb_unknown": f"({used} != {free}) or ({used} unless {free})",
+    }
+
+
 def connect(connection: PrometheusConnection) -> QueryFn:
     """A `QueryFn` over HTTP(S) with the connection's auth, CA, headers and timeout; no retries,
     because the next refresh is the retry."""
@@ -139,25 +196,41 @@ def connect(connection: PrometheusConnection) -> QueryFn:
     if connection.basic_auth.username:
         password = Path(connection.basic_auth.password_file).read_text().strip()
         auth = (connection.basic_auth.username, password)
+    # The client sets the session up (no retries mounted); the query itself is ours, so that the
+    # answer is decoded by orjson: at 40,000 rows the standard decoder cost more than Prometheus.
     client = PrometheusConnect(url=connection.url.rstrip("/"), session=session, auth=auth,
                                retry=Retry(total=0), timeout=connection.timeout_seconds)
+    endpoint = f"{client.url}/api/v1/query"
 
     def query(promql: str) -> list[dict]:
         headers = dict(connection.headers)
         if connection.bearer_token_file:
             # Re-read every time: projected service-account tokens rotate.
             headers["Authorization"] = "Bearer " + Path(connection.bearer_token_file).read_text().strip()
-        client.headers = headers
         try:
-            return client.custom_query(promql)
-        except PrometheusApiClientException as error:
-            raise PrometheusQueryError(connection.url, promql, error) from None
+            response = session.get(endpoint, params={"query": promql}, headers=headers, auth=auth,
+                                   timeout=connection.timeout_seconds)
         except requests.RequestException as error:
             raise PrometheusUnreachable(connection.url, error) from None
-        except ValueError as error:  # a body that is not JSON: not Prometheus at that URL
-            raise PrometheusQueryError(connection.url, promql, f"answer is not JSON ({error})") from None
+        if response.status_code != 200:
+            raise PrometheusQueryError(connection.url, promql,
+                                       f"HTTP Status Code {response.status_code} ({response.content[:500]!r})")
+        return _result(connection.url, promql, response.content)
 
     return query
+
+
+def _result(url: str, promql: str, body: bytes) -> list[dict]:
+    """`data.result` of a query answer; a body that is not one means it was not Prometheus that answered."""
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise PrometheusQueryError(url, promql, f"answer is not JSON ({error})") from None
+    data = answer.get("data") if isinstance(answer, dict) else None
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        raise PrometheusQueryError(url, promql, f"answer has no data.result list: {body[:200]!r}")
+    return result
 
 
 def _series(result: Sequence[dict]) -> list[Series]:
@@ -177,10 +250,11 @@ def topology_keys(policy: BalancerPolicy) -> tuple[str, ...]:
 
 
 def read_snapshot(query: QueryFn, policy: BalancerPolicy, *,
-                  now: Callable[[], datetime] | None = None) -> ClusterSnapshot:
+                  now: Callable[[], datetime] | None = None, raw: bool = False) -> ClusterSnapshot:
     """Run the snapshot queries (recorded ones where Prometheus has this policy's recording
-    rules) and build a `ClusterSnapshot`."""
-    return _read(query, policy, now=now, seen_recently=None, recorded=recorded_fingerprint(query, policy))[0]
+    rules, unless `raw`) and build a `ClusterSnapshot`."""
+    recorded = None if raw else recorded_fingerprint(query, policy)
+    return _read(query, policy, now=now, seen_recently=None, recorded=recorded)[0]
 
 
 def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime] | None,
@@ -194,7 +268,9 @@ def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime]
                                lookback_seconds=policy.telemetry.vanish_lookback_seconds,
                                use_profiling_metrics=policy.telemetry.use_profiling_metrics, topology_keys=keys)
     if recorded:
-        queries = {name: recording.recorded_query(name, expr, recorded) for name, expr in queries.items()}
+        queries = {name: recording.recorded_query(name, expr, recorded) for name, expr in queries.items()
+                   if name not in RECORDED_INSTEAD}
+        queries |= {name: recording.record_selector(name, recorded) for name in REPLACEMENT_ROWS}
     if seen_recently is not None:
         del queries["seen_recently"]
     joins: dict[str, str] = {}

@@ -1,8 +1,10 @@
 """Prometheus recording rules for what every refresh and descheduler run asks, generated from the
 policy so that the recorded series equal the raw queries' answers. Pure, no I/O.
 
-Each snapshot query (`scoring.prometheus.snapshot_queries`) is recorded under
-`gpu_balancer:snapshot_<name>`, and the per-node utilisation the descheduler's window reads under
+Each per-node snapshot query (`scoring.prometheus.snapshot_queries`) is recorded under
+`gpu_balancer:snapshot_<name>`; the per-unit ones are replaced by per-node records and per-unit
+rows only for units that name a pod (`scoring.prometheus.replacement_records`), so a refresh fetches a
+few rows per node instead of one per GPU. The per-node utilisation the descheduler's window reads is under
 `gpu_balancer:node_util` (evaluated every `descheduler.stepSeconds`, so the window counts the same
 steps). The series selector, the utilisation gauge and the look-backs are baked into the rules, so
 every recorded series carries `gpu_balancer_rules="<fingerprint>"`: the reader uses the recorded
@@ -36,7 +38,7 @@ def keeps_metric_name(expr: str) -> bool:
 
 def recorded_query(name: str, expr: str, fingerprint_: str) -> str:
     """What the reader asks instead of `expr`: the recorded series, with the metric name put back."""
-    series = f'{snapshot_record(name)}{{{FINGERPRINT_LABEL}="{fingerprint_}"}}'
+    series = record_selector(name, fingerprint_)
     return f'label_replace({series}, "__name__", "$1", "{METRIC_LABEL}", "(.+)")' if keeps_metric_name(expr) else series
 
 
@@ -44,27 +46,41 @@ def _recordable(expr: str) -> str:
     return f'label_replace({expr}, "{METRIC_LABEL}", "$1", "__name__", "(.+)")' if keeps_metric_name(expr) else expr
 
 
-def _queries(policy: BalancerPolicy, topology_keys: Sequence[str]) -> tuple[dict[str, str], str]:
-    from scoring.prometheus import per_node_util, snapshot_queries
+def record_selector(name: str, fingerprint_: str, *matchers: str) -> str:
+    """One snapshot record's series of the rules with this fingerprint."""
+    from scoring.series import selector
 
-    telemetry = policy.telemetry
-    snapshot = snapshot_queries(policy.prometheus.selector_matchers, lookback_seconds=telemetry.vanish_lookback_seconds,
+    return selector(snapshot_record(name), "", f'{FINGERPRINT_LABEL}="{fingerprint_}"', *matchers)
+
+
+def _queries(policy: BalancerPolicy, topology_keys: Sequence[str], fingerprint_: str = ""
+             ) -> tuple[dict[str, str], str]:
+    """What the snapshot group records, in evaluation order (the unit records first: later ones
+    read earlier ones), and the window's per-node utilisation."""
+    from scoring.prometheus import RECORDED_INSTEAD, per_node_util, snapshot_queries, replacement_records
+
+    telemetry, matchers = policy.telemetry, policy.prometheus.selector_matchers
+    snapshot = snapshot_queries(matchers, lookback_seconds=telemetry.vanish_lookback_seconds,
                                 use_profiling_metrics=telemetry.use_profiling_metrics, topology_keys=topology_keys)
-    return snapshot, per_node_util(policy.prometheus.selector_matchers, telemetry.use_profiling_metrics)
+    units = replacement_records(matchers, use_profiling_metrics=telemetry.use_profiling_metrics,
+                         recorded=lambda name, *extra: record_selector(name, fingerprint_, *extra))
+    per_node = {name: expr for name, expr in snapshot.items() if name not in RECORDED_INSTEAD}
+    return units | per_node, per_node_util(matchers, telemetry.use_profiling_metrics)
 
 
 def fingerprint(policy: BalancerPolicy, topology_keys: Sequence[str]) -> str:
-    """A short hash of every expression the rules record, and the window's step."""
+    """A short hash of every expression the rules record (the fingerprint itself left blank), and
+    the window's step."""
     snapshot, node_util = _queries(policy, topology_keys)
-    text = "\n".join([*(f"{k}={v}" for k, v in sorted(snapshot.items())), node_util,
-                      str(policy.descheduler.step_seconds)])
+    text = "\n".join([*(f"{k}={v}" for k, v in snapshot.items()), node_util, str(policy.descheduler.step_seconds)])
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def recording_rules(policy: BalancerPolicy, topology_keys: Sequence[str]) -> dict:
     """The rule groups (Prometheus rule-file format; a PrometheusRule's `spec` is the same)."""
-    snapshot, node_util = _queries(policy, topology_keys)
-    labels = {FINGERPRINT_LABEL: fingerprint(policy, topology_keys)}
+    ours = fingerprint(policy, topology_keys)
+    snapshot, node_util = _queries(policy, topology_keys, ours)
+    labels = {FINGERPRINT_LABEL: ours}
     return {"groups": [
         {"name": "gpu-balancer-snapshot", "interval": f"{SNAPSHOT_INTERVAL_SECONDS}s",
          "rules": [{"record": snapshot_record(name), "expr": _recordable(expr), "labels": dict(labels)}

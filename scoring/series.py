@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from scoring import dcgm
@@ -35,7 +35,9 @@ Aggregates = Mapping[str, Sequence[Series]]
 and the pod labels): gpu_util (GPU_UTIL, 0–100) and gpu_engine_active (GR_ENGINE_ACTIVE, 0–1; wins
 where a unit has both). Per node: sums (FB_USED, FB_FREE in MiB and POWER_USAGE in W, by `__name__`),
 fb_counts (how many series of each framebuffer gauge, by `__name__`), temperature_max; xids (last
-XID by node, gpu and GPU_I_ID, non-zero)."""
+XID by node, gpu and GPU_I_ID, non-zero). From the recording rules, node_units (with node_util_sum,
+node_util_max, mig_parents, pod_units) stands in for the per-unit rows and fb_unknown for
+fb_counts (`scoring.prometheus.replacement_records`)."""
 
 SUMMED = {dcgm.FB_USED: "fb_used", dcgm.FB_FREE: "fb_free", dcgm.POWER_USAGE: "power"}
 """Per-node sums, read from the `sums` rows by metric name."""
@@ -45,7 +47,9 @@ UnitKey = tuple[str, str, str]
 
 _NO_NODE_LABEL = "no series carries a node label (tried " + ", ".join(dcgm.NODE_LABEL_CANDIDATES) + ")"
 _PER_UNIT = ("gpu_util", "gpu_engine_active")
-_EXPORTER_HINTS = ("dcgm-exporter", "nvml-exporter")
+RECORDED_UNITS = "node_units"
+"""Present instead of `_PER_UNIT` where the rows come from the recording rules."""
+EXPORTER_HINTS = ("dcgm-exporter", "nvml-exporter")
 
 
 def detect_node_label(rows: Iterable[Series], configured: str = "auto") -> str:
@@ -91,11 +95,12 @@ def _is_exporter_pod(labels: Mapping[str, str]) -> bool:
     if container and container in (labels.get("job"), labels.get("service")):
         return True
     pod = labels.get("pod", "")
-    return any(hint in pod or hint in container for hint in _EXPORTER_HINTS)
+    return any(hint in pod or hint in container for hint in EXPORTER_HINTS)
 
 
 def classify_workloads(units: Mapping[UnitKey, Mapping[str, str]],
-                       gpu_pods: Collection[tuple[str, str]] | None = None
+                       gpu_pods: Collection[tuple[str, str]] | None = None,
+                       units_per_node: Mapping[str, int] | None = None,
                        ) -> tuple[dict[UnitKey, PodRef], tuple[str, ...]]:
     """Which unit is allocated to which workload pod, from the series' own labels (DESIGN.md's
     exporter facts), and a warning for every pod it could not be sure of.
@@ -106,7 +111,8 @@ def classify_workloads(units: Mapping[UnitKey, Mapping[str, str]],
     claim: a workload, though kube-state-metrics lists no GPU request for it. Otherwise, where
     kube-state-metrics is scraped (`gpu_pods`: the (namespace, pod) pairs requesting a GPU
     resource), it decides. Without it, a bare pod covering every unit of a multi-GPU node is as
-    likely the exporter as a whole-node job: not credited, and said so.
+    likely the exporter as a whole-node job: not credited, and said so. `units_per_node` counts a
+    node's units where `units` holds only those that name a pod (the recorded path).
     """
     any_exported = any(labels.get("exported_pod") for labels in units.values())
     per_node: dict[str, int] = defaultdict(int)
@@ -126,10 +132,11 @@ def classify_workloads(units: Mapping[UnitKey, Mapping[str, str]],
         if not pod or any_exported or _is_exporter_pod(labels):
             continue
         if not labels.get(dcgm.DRA_CLAIM_LABEL):  # a DRA allocation is never the exporter's own pod
+            on_node = per_node[key[0]] if units_per_node is None else units_per_node.get(key[0], 0)
             if gpu_pods is not None:
                 if (namespace, pod) not in gpu_pods:
                     continue
-            elif per_node[key[0]] > 1 and cover[key[0], namespace, pod] >= per_node[key[0]]:
+            elif on_node > 1 and cover[key[0], namespace, pod] >= on_node:
                 unsure.add((key[0], namespace, pod))
                 continue
         allocated[key] = PodRef(namespace, pod, labels.get("container", ""))
@@ -158,7 +165,9 @@ def build_snapshot(
     vanished GPUs and nodes; `allocatable_gpus` / `allocated_gpus` (by `node`) and `gpu_pods` (by
     `namespace`, `pod`) come from kube-state-metrics and, when present, beat pod labels.
     """
-    unit_rows = [row for name in _PER_UNIT for row in aggregates.get(name, ())]
+    recorded = RECORDED_UNITS in aggregates
+    unit_rows = list(aggregates.get(RECORDED_UNITS, ())) if recorded else [
+        row for name in _PER_UNIT for row in aggregates.get(name, ())]
     label = detect_node_label(unit_rows, node_label)
     if not label:
         warnings = (_NO_NODE_LABEL,) if unit_rows else ()
@@ -167,44 +176,19 @@ def build_snapshot(
     def node_of(series: Series) -> str:
         return series.labels.get(label, "")
 
-    per_key: dict[UnitKey, tuple[float, Mapping[str, str]]] = {}
-    for name, scale in (("gpu_util", 1.0), ("gpu_engine_active", 100.0)):  # the engine ratio wins: last
-        chosen: dict[UnitKey, Series] = {}
-        for row in aggregates.get(name, ()):
-            if node := node_of(row):
-                key = (node, row.labels.get("gpu", ""), row.labels.get("GPU_I_ID", ""))
-                if key not in chosen or pod_order(row.labels) < pod_order(chosen[key].labels):
-                    chosen[key] = row
-        for key, row in chosen.items():
-            per_key[key] = (min(100.0, max(0.0, row.value * scale)), row.labels)
-    units = schedulable_units(per_key)
-    reporting: dict[str, int] = defaultdict(int)
-    for node, *_ in per_key:
-        reporting[node] += 1
     ksm_pods = None if gpu_pods is None else {
         (row.labels.get("namespace", ""), row.labels.get("pod", "")) for row in gpu_pods}
-    allocated_to, unsure = classify_workloads({key: per_key[key][1] for key in units}, ksm_pods)
-
-    kinds: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
-    util: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0.0])  # sum, count, max
-    pod_figures: dict[str, dict[tuple[str, str], list[float]]] = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))
-    # In the rows' order, not the set's: float sums that depend on the process's hash seed made
-    # near-equal nodes swap ranks between runs of the same simulated seed.
-    for key in (key for key in per_key if key in units):
-        value, labels = per_key[key]
-        node = key[0]
-        kinds[node][labels.get("modelName", ""), labels.get("GPU_I_PROFILE", "")] += 1
-        figures = util[node]
-        figures[0] += value
-        figures[1] += 1
-        figures[2] = max(figures[2], value)
-        if (pod := allocated_to.get(key)) is not None:
-            held = pod_figures[node][pod.namespace, pod.name]
-            held[0] += 1
-            held[1] += value
+    units = (_units_from_records if recorded else _units_from_rows)(aggregates, node_of, ksm_pods)
+    kinds, util, reporting, pod_figures = units.kinds, units.util, units.reporting, units.pods
 
     sums = _by_node_and_name(aggregates.get("sums", ()), node_of)
-    fb_counts = _by_node_and_name(aggregates.get("fb_counts", ()), node_of)
+    # Memory is known where every GPU reporting FB_USED also reports FB_FREE.
+    if recorded:  # the rules name only the nodes where fewer do
+        unknown = {node_of(row) for row in aggregates.get("fb_unknown", ())}
+        memory_known = {node for node, figures in sums.items() if "fb_used" in figures} - unknown
+    else:
+        memory_known = {node for node, counts in _by_node_and_name(aggregates.get("fb_counts", ()), node_of).items()
+                        if counts.get("fb_used", 0) > 0 and counts.get("fb_used") == counts.get("fb_free")}
     temperature: dict[str, float] = {}
     for row in aggregates.get("temperature_max", ()):
         if node := node_of(row):
@@ -222,9 +206,7 @@ def build_snapshot(
     nodes = []
     for name in sorted(kinds):
         util_sum, util_count, util_max = util[name]
-        # Memory is known where every GPU reporting FB_USED also reports FB_FREE.
-        counts = fb_counts.get(name, {})
-        memory_known = counts.get("fb_used", 0) > 0 and counts.get("fb_used") == counts.get("fb_free")
+        known = name in memory_known
         used, free = sums.get(name, {}).get("fb_used", 0.0), sums.get(name, {}).get("fb_free", 0.0)
         nodes.append(NodeTelemetry(
             name=name,
@@ -232,8 +214,8 @@ def build_snapshot(
             util_sum=util_sum,
             util_count=int(util_count),
             util_max=util_max,
-            fb_used_mib=used if memory_known else None,
-            fb_total_mib=used + free if memory_known else None,
+            fb_used_mib=used if known else None,
+            fb_total_mib=used + free if known else None,
             temperature_max_c=temperature.get(name),
             power_w=sums.get(name, {}).get("power"),
             gpu_kinds=tuple(GpuKind(model, profile, count) for (model, profile), count in sorted(kinds[name].items())),
@@ -247,7 +229,90 @@ def build_snapshot(
         ))
     vanished = tuple(sorted(name for name, count in seen.items() if count > 0 and name not in kinds))
     return ClusterSnapshot(taken_at=taken_at, nodes=tuple(nodes), node_label=label, vanished_nodes=vanished,
-                           newest_sample_at=newest_sample_at, warnings=unsure)
+                           newest_sample_at=newest_sample_at, warnings=units.warnings)
+
+
+@dataclass(slots=True)
+class _Units:
+    """Per node what the units say: GPU kinds, utilisation (sum, count, max), how many unit keys
+    report (MIG parents included), and the workload pods' (units, utilisation total)."""
+
+    kinds: dict[str, dict[tuple[str, str], int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    util: dict[str, list[float]] = field(default_factory=lambda: defaultdict(lambda: [0.0, 0, 0.0]))
+    reporting: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    pods: dict[str, dict[tuple[str, str], list[float]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(lambda: [0, 0.0])))
+    warnings: tuple[str, ...] = ()
+
+    def credit(self, rows: Mapping[UnitKey, tuple[float, Mapping[str, str]]],
+               ksm_pods: Collection[tuple[str, str]] | None, units_per_node: Mapping[str, int] | None = None) -> None:
+        """Credit each unit's utilisation to the workload pod its labels name."""
+        allocated_to, self.warnings = classify_workloads({key: labels for key, (_, labels) in rows.items()},
+                                                         ksm_pods, units_per_node)
+        for key, pod in allocated_to.items():
+            held = self.pods[key[0]][pod.namespace, pod.name]
+            held[0] += 1
+            held[1] += rows[key][0]
+
+
+def _chosen(rows: Iterable[Series], node_of, scale: float = 1.0,
+            into: dict[UnitKey, tuple[float, Mapping[str, str]]] | None = None
+            ) -> dict[UnitKey, tuple[float, Mapping[str, str]]]:
+    """One row per unit (a GPU shared through a DRA claim has a copy per pod: `pod_order`'s first
+    wins), its value scaled and clamped to 0–100; rows of `into` are replaced."""
+    chosen: dict[UnitKey, Series] = {}
+    for row in rows:
+        if node := node_of(row):
+            key = (node, row.labels.get("gpu", ""), row.labels.get("GPU_I_ID", ""))
+            if key not in chosen or pod_order(row.labels) < pod_order(chosen[key].labels):
+                chosen[key] = row
+    units = {} if into is None else into
+    for key, row in chosen.items():
+        units[key] = (min(100.0, max(0.0, row.value * scale)), row.labels)
+    return units
+
+
+def _units_from_rows(aggregates: Aggregates, node_of, ksm_pods) -> _Units:
+    """From one row per unit (the raw queries)."""
+    per_key = _chosen(aggregates.get("gpu_util", ()), node_of)
+    _chosen(aggregates.get("gpu_engine_active", ()), node_of, 100.0, into=per_key)  # the engine ratio wins
+    schedulable = schedulable_units(per_key)
+    found = _Units()
+    for node, *_ in per_key:
+        found.reporting[node] += 1
+    # In the rows' order, not the set's: float sums that depend on the process's hash seed made
+    # near-equal nodes swap ranks between runs of the same simulated seed.
+    units = {key: row for key, row in per_key.items() if key in schedulable}
+    for (node, *_), (value, labels) in units.items():
+        found.kinds[node][labels.get("modelName", ""), labels.get("GPU_I_PROFILE", "")] += 1
+        figures = found.util[node]
+        figures[0] += value
+        figures[1] += 1
+        figures[2] = max(figures[2], value)
+    found.credit(units, ksm_pods)
+    return found
+
+
+def _units_from_records(aggregates: Aggregates, node_of, ksm_pods) -> _Units:
+    """From the recording rules' per-node records, and per-unit rows only for units naming a pod."""
+    found = _Units()
+    for row in aggregates.get("node_units", ()):
+        if node := node_of(row):
+            found.kinds[node][row.labels.get("modelName", ""), row.labels.get("GPU_I_PROFILE", "")] += int(row.value)
+            found.util[node][1] += int(row.value)
+            found.reporting[node] += int(row.value)
+    for row in aggregates.get("node_util_sum", ()):
+        if (node := node_of(row)) in found.util:
+            found.util[node][0] += row.value
+    for row in aggregates.get("node_util_max", ()):
+        if (node := node_of(row)) in found.util:
+            found.util[node][2] = max(found.util[node][2], row.value)
+    for row in aggregates.get("mig_parents", ()):
+        if node := node_of(row):
+            found.reporting[node] += int(row.value)
+    found.credit(_chosen(aggregates.get("pod_units", ()), node_of), ksm_pods,
+                 {node: int(figures[1]) for node, figures in found.util.items()})
+    return found
 
 
 def _by_node_and_name(rows: Sequence[Series], node_of) -> dict[str, dict[str, float]]:

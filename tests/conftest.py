@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
+from scoring import recording
+from scoring.policy import BalancerPolicy, default_policy
+from scoring.prometheus import connect, read_snapshot, topology_keys
+from scoring.telemetry import ClusterSnapshot
 from sim.dcgm_text import render_exposition
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.fleet import FleetSpec, generate_fleet
@@ -53,15 +60,27 @@ def fake_dcgm(exposition_server) -> Callable[..., str]:
     return start
 
 
+def rules_evaluated_every_second(policy: BalancerPolicy, directory: Path) -> Path:
+    """The policy's recording rules in a file, evaluated every second so a test need not wait 15."""
+    rules = recording.recording_rules(policy, topology_keys(policy))
+    for group in rules["groups"]:
+        group["interval"] = "1s"
+    path = directory / "recording.rules.yaml"
+    path.write_text(yaml.safe_dump(rules))
+    return path
+
+
 @pytest.fixture
-def prometheus() -> Iterator[Callable[..., LocalPrometheus]]:
-    """Start a real Prometheus scraping the given targets every second; stopped after the test."""
+def prometheus(tmp_path) -> Iterator[Callable[..., LocalPrometheus]]:
+    """Start a real Prometheus scraping the given targets every second (with the default policy's
+    recording rules when `recorded`); stopped after the test."""
     _require_prometheus()
     started: list[LocalPrometheus] = []
 
-    def start(*targets: ScrapeTarget | str, honor_labels: bool = False) -> LocalPrometheus:
+    def start(*targets: ScrapeTarget | str, honor_labels: bool = False, recorded: bool = False) -> LocalPrometheus:
+        rules = (rules_evaluated_every_second(default_policy(), tmp_path),) if recorded else ()
         instance = LocalPrometheus([t if isinstance(t, ScrapeTarget) else ScrapeTarget(t) for t in targets],
-                                   honor_labels=honor_labels)
+                                   honor_labels=honor_labels, rule_files=rules)
         started.append(instance.start())
         return instance
 
@@ -102,3 +121,34 @@ def kube():
     api.close()
     box["stop"] = True
     thread.join(timeout=5)
+
+
+def _rounded(value):
+    """Floats to 9 significant digits, through dataclass fields, tuples and lists: Prometheus
+    adds a node's figures in its own order, so sums may differ in their last bits."""
+    if isinstance(value, float):
+        return float(f"{value:.9g}")
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(item) for item in value]
+    if hasattr(value, "__dataclass_fields__"):
+        return _rounded(dataclasses.asdict(value))
+    return value
+
+
+def read_through(prom: LocalPrometheus, policy: BalancerPolicy, path: str) -> ClusterSnapshot:
+    """The snapshot `read_snapshot` gives through `path` ("raw" or "recorded"). Through the
+    recording rules (a Prometheus started with `recorded=True`) it must equal the raw one."""
+    configured = dataclasses.replace(policy, prometheus=dataclasses.replace(policy.prometheus, url=prom.url))
+    query = connect(configured.prometheus)
+    if path == "raw":
+        return read_snapshot(query, configured, raw=True)
+    prom.wait_for(recording.snapshot_record("node_units"))
+    time.sleep(2.2)  # an evaluation after the last series landed
+    snapshot, raw = read_snapshot(query, configured), read_snapshot(query, configured, raw=True)
+    assert snapshot.source == "recording rules" and raw.source == "raw queries"
+    assert _rounded(snapshot.nodes) == _rounded(raw.nodes)
+    assert (snapshot.node_label, snapshot.vanished_nodes, snapshot.warnings) == (
+        raw.node_label, raw.vanished_nodes, raw.warnings)
+    return snapshot

@@ -4,7 +4,6 @@ the exporter writes a GPU's series once per pod; the GPU still counts once."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -12,9 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scoring.heat import fleet_heat
 from scoring.policy import default_policy
-from scoring.prometheus import connect, read_snapshot
 from scoring.series import series_from_families, snapshot_from_readings
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, read_through
 
 TEXT = (FIXTURES / "dcgm-exporter-dra-gh200-shared-claim.txt").read_text()
 NOW = datetime.now(timezone.utc)
@@ -41,12 +39,11 @@ def test_the_parser_reads_dra_mode_exposition_as_the_device_plugin_mapping():
     assert_read_right(snapshot_from_readings(readings, taken_at=NOW, newest_sample_at=NOW))
 
 
-def test_prometheus_reads_dra_mode_exposition_and_counts_a_shared_gpu_once(exposition_server, prometheus):
-    prom = prometheus(exposition_server(TEXT))
+@pytest.mark.parametrize("path", ["raw", "recorded"])
+def test_prometheus_reads_dra_mode_exposition_and_counts_a_shared_gpu_once(path, exposition_server, prometheus):
+    prom = prometheus(exposition_server(TEXT), recorded=path == "recorded")
     prom.wait_for("DCGM_FI_DEV_POWER_USAGE", at_least=4)
-    policy = default_policy()
-    policy = replace(policy, prometheus=replace(policy.prometheus, url=prom.url))
-    assert_read_right(read_snapshot(connect(policy.prometheus), policy))
+    assert_read_right(read_through(prom, default_policy(), path))
 
 
 KSM = """# kube-state-metrics lists GPU requests of device-plugin pods only: a DRA pod requests no extended resource
@@ -56,11 +53,11 @@ kube_node_status_allocatable{node="n9",resource="nvidia_com_gpu",unit="integer"}
 """
 
 
-def test_with_kube_state_metrics_scraped_dra_pods_are_still_credited(exposition_server, prometheus):
+@pytest.mark.parametrize("path", ["raw", "recorded"])
+def test_with_kube_state_metrics_scraped_dra_pods_are_still_credited(path, exposition_server, prometheus):
     """kube-state-metrics knows no GPU request of a DRA pod; the exporter's DRA labels say it holds one."""
-    prom = prometheus(exposition_server(TEXT), exposition_server(KSM), honor_labels=True)
+    prom = prometheus(exposition_server(TEXT), exposition_server(KSM), honor_labels=True,
+                      recorded=path == "recorded")
     prom.wait_for("DCGM_FI_DEV_POWER_USAGE", at_least=4)
     prom.wait_for("kube_node_status_allocatable")
-    policy = default_policy()
-    policy = replace(policy, prometheus=replace(policy.prometheus, url=prom.url))
-    assert_read_right(read_snapshot(connect(policy.prometheus), policy))
+    assert_read_right(read_through(prom, default_policy(), path))

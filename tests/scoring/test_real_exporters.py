@@ -18,10 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from scoring import dcgm
 from scoring.heat import Tier, fleet_heat
 from scoring.policy import default_policy
-from scoring.prometheus import connect, read_snapshot
 from scoring.series import Series, series_from_families, snapshot_from_readings
 from scoring.telemetry import PodUsage
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, read_through
 
 REAL = FIXTURES / "real_exporters"
 NOW = datetime.now(timezone.utc)
@@ -142,16 +141,17 @@ def test_the_parser_reads_each_real_exporter_file_as_a_person_would(case):
     assert_read_right(case, parsed(case))
 
 
+@pytest.mark.parametrize("path", ["raw", "recorded"])
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_prometheus_reads_each_real_exporter_file_as_a_person_would(case, exposition_server, prometheus):
-    prom = prometheus(*(exposition_server(text_of(name)) for name in case.files), honor_labels=True)
+def test_prometheus_reads_each_real_exporter_file_as_a_person_would(case, path, exposition_server, prometheus):
+    # Through the recording rules too: per-node records and per-pod rows in place of per-GPU rows.
+    prom = prometheus(*(exposition_server(text_of(name)) for name in case.files), honor_labels=True,
+                      recorded=path == "recorded")
     prom.wait_for(f'{{__name__=~"{"|".join(dcgm.UTILISATION_METRICS)}"}}',
                   at_least=sum(r.units for r in case.nodes.values()))
     if any(name.startswith("ksm-") for name in case.files):
         prom.wait_for("kube_node_status_allocatable")
-    policy = default_policy()
-    policy = replace(policy, prometheus=replace(policy.prometheus, url=prom.url))
-    assert_read_right(case, read_snapshot(connect(policy.prometheus), policy))
+    assert_read_right(case, read_through(prom, default_policy(), path))
 
 
 def test_an_unmarked_pod_on_every_gpu_is_reported_as_unsure_not_guessed():

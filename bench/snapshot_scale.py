@@ -24,6 +24,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+import requests
 import yaml
 
 from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget, free_port
@@ -146,6 +147,10 @@ def main() -> None:
         print(f"heat model over {len(fleet.nodes)} nodes: {heat_seconds * 1000:.1f} ms")
         print(f"peak RSS of the refreshing process: {rss_peak:.0f} MB (before refreshes {rss_before:.0f} MB; "
               f"target <= 300 MB)")
+        if args.recorded:  # what the rules cost Prometheus, on the same cores as the refreshes
+            groups = requests.get(f"{prometheus.url}/api/v1/rules", timeout=30).json()["data"]["groups"]
+            print("rule groups' last evaluation: " + ", ".join(
+                f"{g['name']} {g['evaluationTime']:.2f}s every {g['interval']:.0f}s" for g in groups))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,18 @@
 """Start and stop a throw-away single-node VictoriaMetrics on loopback that scrapes exporters
-through its Prometheus-compatible scrape configuration, for tests and benchmarks (process I/O)."""
+through its Prometheus-compatible scrape configuration, and a vmalert running recording rules
+against it, for tests and benchmarks (process I/O)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpu_balancer.local_prometheus import LocalTimeSeriesServer
+import requests
+
+from gpu_balancer.local_prometheus import LocalTimeSeriesServer, free_port
 
 
 class VictoriaMetricsNotInstalled(RuntimeError):
@@ -25,3 +31,53 @@ class LocalVictoriaMetrics(LocalTimeSeriesServer):
                 f"-promscrape.config={config}",
                 # Answer with what was just scraped: by default the newest 30 s are held back.
                 "-search.latencyOffset=0s", "-search.disableCache", "-loggerLevel=ERROR"]
+
+
+@dataclass
+class LocalVmalert:
+    """A throw-away vmalert evaluating rule files against a VictoriaMetrics and writing the
+    recorded series back into it, as a VictoriaMetrics install runs recording rules (process I/O)."""
+
+    rule_files: tuple[Path, ...]
+    datasource_url: str
+    evaluation_interval: str = "1s"
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+
+    def start(self, ready_timeout: float = 30.0) -> LocalVmalert:
+        binary = shutil.which("vmalert")
+        if binary is None:
+            raise VictoriaMetricsNotInstalled("vmalert is not on PATH; install Debian's `victoria-metrics` package")
+        self.process = subprocess.Popen(
+            [binary, *(f"-rule={path}" for path in self.rule_files), f"-datasource.url={self.datasource_url}",
+             f"-remoteWrite.url={self.datasource_url}", f"-evaluationInterval={self.evaluation_interval}",
+             f"-remoteWrite.flushInterval={self.evaluation_interval}", f"-httpListenAddr=127.0.0.1:{self.port}",
+             "-loggerLevel=ERROR"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vmalert exited: {self.process.stderr.read().decode()[-2000:]}")
+            try:
+                if requests.get(f"http://127.0.0.1:{self.port}/health", timeout=1).ok:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("vmalert did not become ready in time")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> LocalVmalert:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -22,6 +22,8 @@ PREFIX = "gpu_balancer:"
 FINGERPRINT_LABEL = "gpu_balancer_rules"
 NODE_UTIL = f"{PREFIX}node_util"
 SNAPSHOT_INTERVAL_SECONDS = 15
+LOOKBACK = ("seen_recently",)
+"""Recorded in a group of their own, evaluated every `telemetry.vanishCheckSeconds`."""
 
 
 METRIC_LABEL = "gpu_balancer_metric"
@@ -81,10 +83,18 @@ def recording_rules(policy: BalancerPolicy, topology_keys: Sequence[str]) -> dic
     ours = fingerprint(policy, topology_keys)
     snapshot, node_util = _queries(policy, topology_keys, ours)
     labels = {FINGERPRINT_LABEL: ours}
+
+    def rules(names: Sequence[str]) -> list[dict]:
+        return [{"record": snapshot_record(name), "expr": _recordable(snapshot[name]), "labels": dict(labels)}
+                for name in names]
+
     return {"groups": [
         {"name": "gpu-balancer-snapshot", "interval": f"{SNAPSHOT_INTERVAL_SECONDS}s",
-         "rules": [{"record": snapshot_record(name), "expr": _recordable(expr), "labels": dict(labels)}
-                   for name, expr in snapshot.items()]},
+         "rules": rules([name for name in snapshot if name not in LOOKBACK])},
+        # The look-back scans ten minutes of every GPU's samples, the dearest rule by far; readers
+        # ask for it only once a vanish check.
+        {"name": "gpu-balancer-lookback", "interval": f"{int(policy.telemetry.vanish_check_seconds)}s",
+         "rules": rules(LOOKBACK)},
         {"name": "gpu-balancer-window", "interval": f"{int(policy.descheduler.step_seconds)}s",
          "rules": [{"record": NODE_UTIL, "expr": node_util, "labels": dict(labels)}]},
     ]}

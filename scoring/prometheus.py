@@ -153,8 +153,8 @@ def replacement_records(matchers: str, *, use_profiling_metrics: bool, recorded:
     (`pod_units`), because which pod is a workload is decided from labels in Python
     (`scoring.series.classify_workloads`): a bare `pod` only where no series has `exported_pod`,
     and never the exporter's own by name (the rest of that test needs two labels compared).
-    `fb_unknown` names only the nodes where fewer GPUs report FB_FREE than FB_USED (their memory
-    is unknown), in place of both counts for every node.
+    `fb_unknown` names only the nodes where some GPU reports one framebuffer gauge without the
+    other (their memory is unknown), in place of both counts for every node.
     """
     per_unit = f"{_NODE}, gpu, GPU_I_ID, GPU_I_PROFILE, modelName, {_WORKLOAD}"
     unit = f"{_NODE}, gpu, GPU_I_ID"
@@ -170,11 +170,10 @@ def replacement_records(matchers: str, *, use_profiling_metrics: bool, recorded:
     bare_pods = recorded("unit_copies", 'pod!=""', f'pod!~".*({hints}).*"', f'container!~".*({hints}).*"')
     exported = recorded("unit_copies", 'exported_pod!=""')
     units = recorded("units")
-    used, free = (f"count by ({_NODE}) (max by ({unit}) ({selector(metric, matchers)}))"
-                  for metric in (dcgm.FB_USED, dcgm.FB_FREE))
+    framebuffer = selector("", matchers, f'__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}"')
     return {
-        "unit_copies": (f"clamp(max by ({per_unit}) ({preferred}) or "
-                        f"max by ({per_unit}) ({other} unless on ({unit}) {preferred}), 0, 100)"),
+        # `or on (unit)` adds the other gauge's rows only for units without the preferred one.
+        "unit_copies": f"clamp(max by ({per_unit}) ({preferred}) or on ({unit}) max by ({per_unit}) ({other}), 0, 100)",
         "units": f"max by ({unit}, GPU_I_PROFILE, modelName) ({copies}) unless on ({unit}) {partitioned}",
         "node_units": f"count by ({_NODE}, GPU_I_PROFILE, modelName) ({units})",
         "node_util_sum": f"sum by ({_NODE}) ({units})",
@@ -183,7 +182,7 @@ def replacement_records(matchers: str, *, use_profiling_metrics: bool, recorded:
         # Without the GPU kind, which `node_units` gives: a tenth less to serve and decode.
         "pod_units": (f"max by ({unit}, {_WORKLOAD}) (({exported} or ({bare_pods} unless on () count({exported})))"
                       f" unless on ({unit}) {partitioned})"),
-        "fb_unknown": f"({used} != {free}) or ({used} unless {free})",
+        "fb_unknown": f"count by ({_NODE}) (count by ({unit}) (max by (__name__, {unit}) ({framebuffer})) == 1)",
     }
 
 

@@ -22,8 +22,9 @@ PREFIX = "gpu_balancer:"
 FINGERPRINT_LABEL = "gpu_balancer_rules"
 NODE_UTIL = f"{PREFIX}node_util"
 SNAPSHOT_INTERVAL_SECONDS = 15
-LOOKBACK = ("seen_recently",)
-"""Recorded in a group of their own, evaluated every `telemetry.vanishCheckSeconds`."""
+LOOKBACK = ("seen_recently", "mig_parents")
+"""Recorded in a group of their own, evaluated every `telemetry.vanishCheckSeconds`: what only
+the count of vanished GPUs reads (the reporting MIG parents count as reporting)."""
 
 
 METRIC_LABEL = "gpu_balancer_metric"
@@ -92,7 +93,7 @@ def recording_rules(policy: BalancerPolicy, topology_keys: Sequence[str]) -> dic
         {"name": "gpu-balancer-snapshot", "interval": f"{SNAPSHOT_INTERVAL_SECONDS}s",
          "rules": rules([name for name in snapshot if name not in LOOKBACK])},
         # The look-back scans ten minutes of every GPU's samples, the dearest rule by far; readers
-        # ask for it only once a vanish check.
+        # use it only once a vanish check.
         {"name": "gpu-balancer-lookback", "interval": f"{int(policy.telemetry.vanish_check_seconds)}s",
          "rules": rules(LOOKBACK)},
         {"name": "gpu-balancer-window", "interval": f"{int(policy.descheduler.step_seconds)}s",

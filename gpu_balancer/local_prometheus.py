@@ -7,6 +7,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -23,6 +24,33 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def wait_until_ready(process: subprocess.Popen, url: str, timeout: float, name: str,
+                     last_words: Callable[[], str]) -> None:
+    """Poll `url` until it answers OK; RuntimeError with the process's `last_words` if it exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited: {last_words()}")
+        try:
+            if requests.get(url, timeout=1).ok:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{name} did not become ready in time")
+
+
+def stop_process(process: subprocess.Popen | None) -> None:
+    """Terminate, and kill what does not stop within 10 s."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 @dataclass
@@ -90,18 +118,13 @@ class LocalTimeSeriesServer:
         self._log = open(log, "wb")  # noqa: SIM115 - lives as long as the process
         self.process = subprocess.Popen(self.command(binary, workdir, config), stdout=subprocess.DEVNULL,
                                         stderr=self._log)
-        deadline = time.monotonic() + ready_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.binary} exited: {log.read_text()[-2000:]}")
-            try:
-                if requests.get(f"{self.url}{self.ready_path}", timeout=1).ok:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"{self.binary} did not become ready in time")
+        try:
+            wait_until_ready(self.process, f"{self.url}{self.ready_path}", ready_timeout, self.binary,
+                             lambda: log.read_text()[-2000:])
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def wait_for(self, promql: str, *, at_least: int = 1, timeout: float = 60.0) -> list[dict]:
         """Poll until `promql` returns at least `at_least` series, i.e. the first scrapes landed."""
@@ -116,13 +139,7 @@ class LocalTimeSeriesServer:
         raise TimeoutError(f"{promql!r} returned {len(result)} series, wanted {at_least}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import requests
-
-from gpu_balancer.local_prometheus import LocalTimeSeriesServer, free_port
+from gpu_balancer.local_prometheus import LocalTimeSeriesServer, free_port, stop_process, wait_until_ready
 
 
 class VictoriaMetricsNotInstalled(RuntimeError):
@@ -54,27 +51,16 @@ class LocalVmalert:
              f"-remoteWrite.flushInterval={self.evaluation_interval}", f"-httpListenAddr=127.0.0.1:{self.port}",
              "-loggerLevel=ERROR"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + ready_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vmalert exited: {self.process.stderr.read().decode()[-2000:]}")
-            try:
-                if requests.get(f"http://127.0.0.1:{self.port}/health", timeout=1).ok:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("vmalert did not become ready in time")
+        try:
+            wait_until_ready(self.process, f"http://127.0.0.1:{self.port}/health", ready_timeout, "vmalert",
+                             lambda: self.process.stderr.read().decode()[-2000:])
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
     def __enter__(self) -> LocalVmalert:
         return self.start()

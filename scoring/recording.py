@@ -39,9 +39,10 @@ def keeps_metric_name(expr: str) -> bool:
     return "by (__name__" in expr
 
 
-def recorded_query(name: str, expr: str, fingerprint_: str) -> str:
-    """What the reader asks instead of `expr`: the recorded series, with the metric name put back."""
-    series = record_selector(name, fingerprint_)
+def recorded_query(name: str, expr: str, fingerprint_: str, *matchers: str) -> str:
+    """What the reader asks instead of `expr` (empty for a record with no raw query of its own):
+    the recorded series (those `matchers` select), with the metric name put back."""
+    series = record_selector(name, fingerprint_, *matchers)
     return f'label_replace({series}, "__name__", "$1", "{METRIC_LABEL}", "(.+)")' if keeps_metric_name(expr) else series
 
 

@@ -123,17 +123,17 @@ def kube():
     thread.join(timeout=5)
 
 
-def _rounded(value):
-    """Floats to 9 significant digits, through dataclass fields, tuples and lists: Prometheus
-    adds a node's figures in its own order, so sums may differ in their last bits."""
+def rounded(value, digits: int = 9):
+    """Floats to `digits` significant digits, through dataclass fields, dicts, tuples and lists:
+    Prometheus adds a node's figures in its own order, so sums may differ in their last bits."""
     if isinstance(value, float):
-        return float(f"{value:.9g}")
+        return float(f"{value:.{digits}g}")
     if isinstance(value, dict):
-        return {key: _rounded(item) for key, item in value.items()}
+        return {key: rounded(item, digits) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_rounded(item) for item in value]
-    if hasattr(value, "__dataclass_fields__"):
-        return _rounded(dataclasses.asdict(value))
+        return [rounded(item, digits) for item in value]
+    if dataclasses.is_dataclass(value):
+        return rounded(dataclasses.asdict(value), digits)
     return value
 
 
@@ -148,7 +148,7 @@ def read_through(prom: LocalPrometheus, policy: BalancerPolicy, path: str) -> Cl
     time.sleep(2.2)  # an evaluation after the last series landed
     snapshot, raw = read_snapshot(query, configured), read_snapshot(query, configured, raw=True)
     assert snapshot.source == "recording rules" and raw.source == "raw queries"
-    assert _rounded(snapshot.nodes) == _rounded(raw.nodes)
+    assert rounded(snapshot.nodes) == rounded(raw.nodes)
     assert (snapshot.node_label, snapshot.vanished_nodes, snapshot.warnings) == (
         raw.node_label, raw.vanished_nodes, raw.warnings)
     return snapshot

@@ -7,7 +7,6 @@ local Prometheus and exporters it starts.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 import requests
 
 sys.path.insert(0, str(Path(__file__).parent))
-from snapshot_scale import fleet_in_prometheus  # noqa: E402
+from snapshot_scale import fleet_arguments, fleet_in_prometheus, gpus_in_fleet  # noqa: E402
 
 from scoring import dcgm, recording  # noqa: E402
 from scoring.policy import default_policy  # noqa: E402
@@ -25,18 +24,11 @@ from scoring.prometheus import REPLACEMENT_ROWS, snapshot_queries, topology_keys
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--exporters", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = fleet_arguments(__doc__.splitlines()[0], repeats=3).parse_args()
     policy = default_policy()
     keys = topology_keys(policy)
-    total = args.nodes // args.exporters * args.exporters * args.gpus
+    total = gpus_in_fleet(args.nodes, args.gpus, args.exporters)
     with fleet_in_prometheus(args.nodes, args.gpus, args.exporters, recorded=True) as prometheus:
-        prometheus.wait_for(f"count({dcgm.GR_ENGINE_ACTIVE}) == {total}", timeout=300)
-        prometheus.wait_for(f"sum({recording.snapshot_record('node_units')}) == {total}", timeout=300)
         queries = snapshot_queries(policy.prometheus.selector_matchers, lookback_seconds=600,
                                    use_profiling_metrics=True, topology_keys=keys)
         summed = f'{{__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}|{dcgm.POWER_USAGE}"}}'

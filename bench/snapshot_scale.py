@@ -55,18 +55,40 @@ def start_exporters(nodes: int, gpus: int, exporters: int) -> tuple[list[subproc
     return processes, addresses
 
 
+def fleet_arguments(description: str, *, repeats: int) -> argparse.ArgumentParser:
+    """The fleet's size on the command line, shared by the benchmarks that start one."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--exporters", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    return parser
+
+
+def gpus_in_fleet(nodes: int, gpus: int, exporters: int) -> int:
+    """Every exporter serves the same number of whole nodes."""
+    return nodes // exporters * exporters * gpus
+
+
 @contextmanager
 def fleet_in_prometheus(nodes: int, gpus: int, exporters: int, *, recorded: bool) -> Iterator[LocalPrometheus]:
     """Exporters for the fleet and a local Prometheus scraping them (with the default policy's
-    recording rules when `recorded`), stopped on the way out."""
+    recording rules when `recorded`), yielded once every GPU is in (and, with rules, recorded);
+    stopped on the way out."""
     processes, addresses = start_exporters(nodes, gpus, exporters)
     rules = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115
     rules.write(yaml.safe_dump(recording_rules(default_policy(), topology_keys(default_policy()))))
     rules.close()
     prometheus = LocalPrometheus([ScrapeTarget(a) for a in addresses], scrape_interval="15s",
                                  rule_files=(Path(rules.name),) if recorded else ())
+    total = gpus_in_fleet(nodes, gpus, exporters)
     try:
         prometheus.start()
+        prometheus.wait_for(f"count({dcgm.GR_ENGINE_ACTIVE}) == {total}", timeout=300)
+        if recorded:  # the first evaluation after every GPU is in
+            prometheus.wait_for(f"sum({snapshot_record('node_units')}) == {total}", timeout=300)
+            prometheus.wait_for(f"{NODE_UTIL}", at_least=total // gpus, timeout=300)
+            prometheus.wait_for(snapshot_record("newest_sample"), timeout=300)
         yield prometheus
     finally:
         Path(rules.name).unlink(missing_ok=True)
@@ -76,25 +98,16 @@ def fleet_in_prometheus(nodes: int, gpus: int, exporters: int, *, recorded: bool
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--exporters", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = fleet_arguments(__doc__.splitlines()[0], repeats=5)
     parser.add_argument("--recorded", action="store_true",
                         help="load the policy's recording rules into Prometheus and read through them")
     args = parser.parse_args()
-    total_gpus = (args.nodes // args.exporters) * args.exporters * args.gpus
+    total_gpus = gpus_in_fleet(args.nodes, args.gpus, args.exporters)
 
+    started = time.monotonic()
     with fleet_in_prometheus(args.nodes, args.gpus, args.exporters, recorded=args.recorded) as prometheus:
-        started = time.monotonic()
-        prometheus.wait_for(f"count({dcgm.GR_ENGINE_ACTIVE}) == {total_gpus}", timeout=300)
-        if args.recorded:  # the first evaluation after every GPU is in
-            prometheus.wait_for(f"sum({snapshot_record('node_units')}) == {total_gpus}", timeout=300)
-            prometheus.wait_for(f"{NODE_UTIL}", at_least=args.nodes // args.exporters * args.exporters, timeout=300)
-            prometheus.wait_for(snapshot_record("newest_sample"), timeout=300)
         print(f"fleet: {args.nodes} nodes x {args.gpus} GPUs = {total_gpus} GPUs from {args.exporters} exporters, "
-              f"in Prometheus after {time.monotonic() - started:.1f}s; read through "
+              f"in Prometheus {time.monotonic() - started:.1f}s after the exporters started; read through "
               f"{'recording rules' if args.recorded else 'raw queries'}")
         policy = default_policy()
         policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus.url, timeout_seconds=30))

@@ -308,10 +308,11 @@ def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime]
                                lookback_seconds=policy.telemetry.vanish_lookback_seconds,
                                use_profiling_metrics=policy.telemetry.use_profiling_metrics, topology_keys=keys)
     if recorded:
-        raw = {name: expr for name, expr in queries.items() if name not in RECORDED_INSTEAD}
-        raw |= dict.fromkeys(REPLACEMENT_ROWS, "")
+        # Each record by the raw query it stands for (a replacement record has none).
+        stands_for = {name: expr for name, expr in queries.items() if name not in RECORDED_INSTEAD}
+        stands_for |= dict.fromkeys(REPLACEMENT_ROWS, "")
         queries = {part: recording.recorded_query(name, expr, recorded, *matchers)
-                   for name, expr in raw.items() for part, matchers in _parts(name)}
+                   for name, expr in stands_for.items() for part, matchers in _parts(name)}
     if seen_recently is not None:
         del queries["seen_recently"]
     joins: dict[str, str] = {}

@@ -59,17 +59,17 @@ def record_selector(name: str, fingerprint_: str, *matchers: str) -> str:
 
 def _queries(policy: BalancerPolicy, topology_keys: Sequence[str], fingerprint_: str = ""
              ) -> tuple[dict[str, str], str]:
-    """What the snapshot group records, in evaluation order (the unit records first: later ones
-    read earlier ones), and the window's per-node utilisation."""
+    """What the snapshot and look-back groups record, in evaluation order (the replacement records
+    first: later ones read earlier ones), and the window's per-node utilisation."""
     from scoring.prometheus import RECORDED_INSTEAD, per_node_util, snapshot_queries, replacement_records
 
     telemetry, matchers = policy.telemetry, policy.prometheus.selector_matchers
     snapshot = snapshot_queries(matchers, lookback_seconds=telemetry.vanish_lookback_seconds,
                                 use_profiling_metrics=telemetry.use_profiling_metrics, topology_keys=topology_keys)
-    units = replacement_records(matchers, use_profiling_metrics=telemetry.use_profiling_metrics,
-                         recorded=lambda name, *extra: record_selector(name, fingerprint_, *extra))
+    replacements = replacement_records(matchers, use_profiling_metrics=telemetry.use_profiling_metrics,
+                                       recorded=lambda name, *extra: record_selector(name, fingerprint_, *extra))
     per_node = {name: expr for name, expr in snapshot.items() if name not in RECORDED_INSTEAD}
-    return units | per_node, per_node_util(matchers, telemetry.use_profiling_metrics)
+    return replacements | per_node, per_node_util(matchers, telemetry.use_profiling_metrics)
 
 
 def fingerprint(policy: BalancerPolicy, topology_keys: Sequence[str]) -> str:

@@ -255,27 +255,23 @@ class _Units:
             held[1] += rows[key][0]
 
 
-def _chosen(rows: Iterable[Series], node_of, scale: float = 1.0,
-            into: dict[UnitKey, tuple[float, Mapping[str, str]]] | None = None
-            ) -> dict[UnitKey, tuple[float, Mapping[str, str]]]:
+def _chosen(rows: Iterable[Series], node_of, scale: float = 1.0) -> dict[UnitKey, tuple[float, Mapping[str, str]]]:
     """One row per unit (a GPU shared through a DRA claim has a copy per pod: `pod_order`'s first
-    wins), its value scaled and clamped to 0–100; rows of `into` are replaced."""
+    wins), its value scaled and clamped to 0–100."""
     chosen: dict[UnitKey, Series] = {}
     for row in rows:
         if node := node_of(row):
             key = (node, row.labels.get("gpu", ""), row.labels.get("GPU_I_ID", ""))
             if key not in chosen or pod_order(row.labels) < pod_order(chosen[key].labels):
                 chosen[key] = row
-    units = {} if into is None else into
-    for key, row in chosen.items():
-        units[key] = (min(100.0, max(0.0, row.value * scale)), row.labels)
-    return units
+    return {key: (min(100.0, max(0.0, row.value * scale)), row.labels) for key, row in chosen.items()}
 
 
 def _units_from_rows(aggregates: Aggregates, node_of, ksm_pods) -> _Units:
     """From one row per unit (the raw queries)."""
-    per_key = _chosen(aggregates.get("gpu_util", ()), node_of)
-    _chosen(aggregates.get("gpu_engine_active", ()), node_of, 100.0, into=per_key)  # the engine ratio wins
+    # The engine ratio wins where a unit has both (a key keeps its first place, takes the last value).
+    per_key = _chosen(aggregates.get("gpu_util", ()), node_of) | _chosen(aggregates.get("gpu_engine_active", ()),
+                                                                        node_of, 100.0)
     schedulable = schedulable_units(per_key)
     found = _Units()
     for node, *_ in per_key:

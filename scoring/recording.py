@@ -41,9 +41,20 @@ def keeps_metric_name(expr: str) -> bool:
 
 def recorded_query(name: str, expr: str, fingerprint_: str, *matchers: str) -> str:
     """What the reader asks instead of `expr` (empty for a record with no raw query of its own):
-    the recorded series (those `matchers` select), with the metric name put back."""
+    the recorded series (those `matchers` select) with the labels the raw query's rows have — the
+    metric name put back where `expr` keeps it, else dropped, and the rules' own labels dropped.
+    Prometheus then serves, and the reader decodes, half the bytes of a per-node record."""
     series = record_selector(name, fingerprint_, *matchers)
-    return f'label_replace({series}, "__name__", "$1", "{METRIC_LABEL}", "(.+)")' if keeps_metric_name(expr) else series
+    if keeps_metric_name(expr):
+        series = _without(f'label_replace({series}, "__name__", "$1", "{METRIC_LABEL}", "(.+)")', METRIC_LABEL)
+    else:
+        series = _without(series, "__name__")
+    return _without(series, FINGERPRINT_LABEL)
+
+
+def _without(series: str, label: str) -> str:
+    """`series` less one label (label_replace removes a label it sets to the empty string)."""
+    return f'label_replace({series}, "{label}", "", "{label}", ".*")'
 
 
 def _recordable(expr: str) -> str:

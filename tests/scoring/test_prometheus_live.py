@@ -290,3 +290,47 @@ def test_status_shows_the_descheduler_last_run_from_its_configmap(fake_dcgm, pro
     report = json.loads(run_cli("status", "--prometheus-url", prom.url, "--kubeconfig", str(kubeconfig),
                                 "--output", "json").stdout)
     assert report["descheduler_last_run"]["skipped"] == {"cooldown": 1, "no-room": 2}
+
+
+def test_a_refresh_pauses_cycle_collection_and_leaves_it_as_it_found_it():
+    import gc
+
+    during: list[bool] = []
+
+    def query(promql):
+        during.append(gc.isenabled())
+        return []
+
+    def failing(promql):
+        raise PrometheusUnreachable("http://nowhere", "refused")
+
+    policy = default_policy()
+    assert gc.isenabled()
+    read_snapshot(query, policy)
+    assert gc.isenabled() and during and not any(during[1:]), "paused for the snapshot's queries"
+    with pytest.raises(PrometheusUnreachable):
+        SnapshotReader(failing, policy)()
+    assert gc.isenabled(), "resumed after a failed refresh"
+    # Two refreshes overlapping: the collector resumes only when the last one ends.
+    release, inside = threading.Event(), threading.Event()
+
+    def slow(promql):
+        if "gpu_balancer_rules" not in promql:  # the snapshot's queries, not the look for rules
+            inside.set()
+            release.wait(10)
+        return []
+
+    first = threading.Thread(target=read_snapshot, args=(slow, policy))
+    first.start()
+    inside.wait(10)
+    read_snapshot(query, policy)
+    assert not gc.isenabled(), "still paused: the first refresh is running"
+    release.set()
+    first.join(10)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        read_snapshot(query, policy)
+        assert not gc.isenabled(), "a process that runs without the collector keeps it off"
+    finally:
+        gc.enable()

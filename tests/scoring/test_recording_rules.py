@@ -16,6 +16,7 @@ import yaml
 from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
 from scoring import dcgm, recording
 from scoring.policy import default_policy, parse_policy
+from scoring.series import SUMMED
 from scoring.prometheus import connect, read_snapshot, read_window, recorded_fingerprint, topology_keys
 from sim.fleet import FleetSpec
 from tests.conftest import _require_prometheus
@@ -87,6 +88,19 @@ def test_recorded_and_raw_reads_give_the_same_snapshot_and_window(fake_dcgm, tmp
             query = connect(configured.prometheus)
             reads[name] = (read_snapshot(query, configured), read_window(query, configured),
                            recorded_fingerprint(query, configured))
+        answered: list[dict] = []
+
+        def watched(promql):
+            rows = query(promql)
+            if not promql.startswith(f"count by ({recording.FINGERPRINT_LABEL})"):  # not the look for rules
+                answered.extend(rows)
+            return rows
+
+        assert read_snapshot(watched, configured).nodes == reads["recorded"][0].nodes
+    # The records come back with the raw rows' labels only: what the rules add is dropped in the query.
+    labels = {label for row in answered for label in row["metric"]}
+    assert not labels & {recording.FINGERPRINT_LABEL, recording.METRIC_LABEL}, labels
+    assert not {row["metric"].get("__name__", "") for row in answered} - {"", *SUMMED}
     (raw_snapshot, raw_window, none), (rec_snapshot, rec_window, fingerprint) = reads["raw"], reads["recorded"]
     assert none is None and fingerprint == recording.fingerprint(policy, topology_keys(policy))
     assert raw_snapshot.source == "raw queries" and rec_snapshot.source == "recording rules"

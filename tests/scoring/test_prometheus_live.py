@@ -16,13 +16,15 @@ from statistics import fmean
 import pytest
 
 from gpu_balancer.local_prometheus import ScrapeTarget
-from scoring import dcgm
+from scoring import dcgm, recording
 from scoring.heat import Tier, fleet_heat
 from scoring.policy import BalancerPolicy, BasicAuth, default_policy
-from scoring.prometheus import PrometheusQueryError, PrometheusUnreachable, SnapshotReader, connect, read_snapshot
+from scoring.prometheus import (PrometheusQueryError, PrometheusUnreachable, SnapshotReader, connect, read_snapshot,
+                                recorded_at, topology_keys)
 from sim.dcgm_text import render_exposition
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.fleet import FleetSpec, generate_fleet
+from sim.serving_text import ServedReplica, render_serving
 
 SPEC = FleetSpec(nodes=6, gpus_per_node=4, profile="skewed", seed=5)
 
@@ -334,3 +336,49 @@ def test_a_refresh_pauses_cycle_collection_and_leaves_it_as_it_found_it():
         assert not gc.isenabled(), "a process that runs without the collector keeps it off"
     finally:
         gc.enable()
+
+
+def test_through_the_rules_a_refresh_before_their_next_evaluation_returns_the_last_snapshot(fake_dcgm, prometheus):
+    prom = prometheus(fake_dcgm(SPEC), recorded=True)
+    prom.wait_for(recording.snapshot_record("newest_sample"))
+    policy = policy_for(prom.url)
+    real_query = connect(policy.prometheus)
+    fingerprint = recording.fingerprint(policy, topology_keys(policy))
+    evaluations = iter([1000.0, 1000.0, 1015.0])  # when the rules last ran, as each refresh finds
+    asked: list[str] = []
+
+    def query(promql):
+        asked.append(promql)
+        if promql.startswith("timestamp("):
+            assert recorded_at(real_query, fingerprint) > 0  # the real answer, before it is scripted
+            return [{"metric": {}, "value": [0, str(next(evaluations))]}]
+        return real_query(promql)
+
+    reader = SnapshotReader(query, policy)
+    first = reader()
+    assert first.source == "recording rules" and len(asked) > 10
+    asked.clear()
+    assert reader() is first and len(asked) == 1, "not re-evaluated: one row asked, the last snapshot returned"
+    third = reader()
+    assert third is not first and len(asked) > 10 and third.nodes == first.nodes
+
+
+def test_a_refresh_reads_in_full_where_model_servers_report(fake_dcgm, prometheus):
+    import gc
+
+    replica = ServedReplica("chat", "llama-7c9f-a", "vllm", queue=2, mean_latency_seconds=0.08, node=SPEC.node_name(0))
+    server = make_server(render_serving([replica], 600.0), port=0)
+    serve_in_background(server)
+    try:
+        prom = prometheus(fake_dcgm(SPEC), f"127.0.0.1:{server.server_port}", recorded=True)
+        prom.wait_for(recording.snapshot_record("newest_sample"))
+        prom.wait_for("vllm:num_requests_waiting")
+        time.sleep(2.2)  # two scrapes: the latency is a rate
+        policy = policy_for(prom.url)
+        reader = SnapshotReader(connect(policy.prometheus), policy)
+        first = reader()
+        assert any(node.serving for node in first.nodes)
+        assert reader() is not first, "model-server series are read on every refresh"
+    finally:
+        server.shutdown()
+    assert gc.isenabled()

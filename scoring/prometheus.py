@@ -257,11 +257,17 @@ def _result(url: str, promql: str, body: bytes) -> list[dict]:
 
 def _series(result: Sequence[dict]) -> list[Series]:
     """The rows as `Series`, each repeated label value held once (a fleet repeats its namespaces,
-    containers, models and GPU indices row after row)."""
+    containers and GPU indices row after row). A row of one or two labels (a node's record) is
+    kept as decoded: its values differ from row to row, and holding them cost more than it saved."""
     held: dict[str, str] = {}
     hold = held.setdefault
-    return [Series({key: hold(value, value) for key, value in row["metric"].items()}, float(row["value"][1]))
-            for row in result]
+    rows = []
+    for row in result:
+        labels = row["metric"]
+        if len(labels) > 2:
+            labels = {key: hold(value, value) for key, value in labels.items()}
+        rows.append(Series(labels, float(row["value"][1])))
+    return rows
 
 
 def _as_series(query: QueryFn) -> Callable[[str], list[Series]]:

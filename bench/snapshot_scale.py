@@ -173,10 +173,10 @@ def main() -> None:
             read_snapshot(query, without)
             plain_timings.append(time.perf_counter() - begin)
         # The webhook's reader: the look-back for vanished GPUs runs once a minute, so most of its
-        # refreshes reuse that answer.
-        # Through the rules, a refresh that finds them not re-evaluated returns the last snapshot:
-        # timed apart, and refreshes go on (half a second apart while unchanged) until `repeats` of
-        # them have read, or the rules have had time for `repeats` evaluations several times over.
+        # refreshes reuse that answer; through the rules, a refresh that finds them not re-evaluated
+        # returns the last snapshot. Those are timed apart, and refreshes go on (half a second apart
+        # while unchanged) until `repeats` have read, or the rules have had time for `repeats`
+        # evaluations several times over.
         reader = SnapshotReader(query, policy)
         last = reader()
         reuse_timings, reuse_cpu, unchanged_timings = [], [], []

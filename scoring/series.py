@@ -169,7 +169,7 @@ def build_snapshot(
     `namespace`, `pod`) come from kube-state-metrics and, when present, beat pod labels.
     """
     recorded = RECORDED_UNITS in aggregates
-    unit_rows = list(aggregates.get(RECORDED_UNITS, ())) if recorded else [
+    unit_rows = aggregates[RECORDED_UNITS] if recorded else [
         row for name in _PER_UNIT for row in aggregates.get(name, ())]
     label = detect_node_label(unit_rows, node_label)
     if not label:
@@ -298,7 +298,7 @@ def _units_from_rows(aggregates: Aggregates, node_of, ksm_pods) -> _Units:
 def _units_from_records(aggregates: Aggregates, node_of, ksm_pods) -> _Units:
     """From the recording rules' per-node records, and per-unit rows only for units naming a pod."""
     found = _Units()
-    for row in aggregates.get("node_units", ()):
+    for row in aggregates[RECORDED_UNITS]:
         if node := node_of(row):
             found.kinds[node][row.labels.get("modelName", ""), row.labels.get("GPU_I_PROFILE", "")] += int(row.value)
             found.util[node][1] += int(row.value)

@@ -19,7 +19,7 @@ from scoring.policy import default_policy, parse_policy
 from scoring.series import SUMMED
 from scoring.prometheus import connect, read_snapshot, read_window, recorded_fingerprint, topology_keys
 from sim.fleet import FleetSpec
-from tests.conftest import _require_prometheus
+from tests.conftest import _require_prometheus, rules_evaluated_every_second
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 SPEC = FleetSpec(nodes=6, gpus_per_node=4, profile="skewed", seed=5)
@@ -71,11 +71,7 @@ def test_recorded_and_raw_reads_give_the_same_snapshot_and_window(fake_dcgm, tmp
     _require_prometheus()
     policy = default_policy()
     policy = replace(policy, descheduler=replace(policy.descheduler, window_seconds=60.0, step_seconds=1.0))
-    rules = recording.recording_rules(policy, topology_keys(policy))
-    for group in rules["groups"]:
-        group["interval"] = "1s"  # evaluated every second here, so a test need not wait 15
-    path = tmp_path / "rules.yaml"
-    path.write_text(yaml.safe_dump(rules))
+    path = rules_evaluated_every_second(policy, tmp_path)
     target = ScrapeTarget(fake_dcgm(SPEC, profiling=policy.telemetry.use_profiling_metrics))
     with LocalPrometheus([target]) as raw, LocalPrometheus([target], rule_files=(path,)) as ruled:
         raw.wait_for(dcgm.FB_USED, at_least=SPEC.nodes * SPEC.gpus_per_node)

@@ -344,8 +344,8 @@ def _read_rows(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], date
         # Each record by the raw query it stands for (a replacement record has none).
         stands_for = {name: expr for name, expr in queries.items() if name not in RECORDED_INSTEAD}
         stands_for |= dict.fromkeys(REPLACEMENT_ROWS, "")
-        queries = {part: recording.recorded_query(name, expr, recorded, *matchers)
-                   for name, expr in stands_for.items() for part, matchers in _parts(name)}
+        queries = {part: recording.recorded_query(name, expr, recorded, *matchers, metric=metric)
+                   for name, expr in stands_for.items() for part, matchers, metric in _parts(name)}
     if seen_recently is not None:
         del queries["seen_recently"]
     joins: dict[str, str] = {}
@@ -381,20 +381,23 @@ def _read_rows(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], date
 
 SHARD_MARK = "#"
 _BY_LAST_DIGIT = (*(f'gpu=~".*{digit}"' for digit in "0123456789"), 'gpu!~".*[0-9]"')
-SHARDS = {
+SHARDS: dict[str, tuple[tuple[str, str], ...]] = {
     # The largest answers of a recorded refresh, asked for in parts that select every row exactly
-    # once: answers are decoded one at a time, so the reader's peak memory follows the largest
-    # part, not the largest answer (at 15,000 nodes: 55,000 pod rows and 45,000 sums).
-    "pod_units": _BY_LAST_DIGIT,
-    "sums": tuple(f'{recording.METRIC_LABEL}="{metric}"' for metric in SUMMED),
+    # once, each an (extra matcher, metric name) pair: answers are decoded one at a time, so the
+    # reader's peak memory follows the largest part, not the largest answer (at 15,000 nodes:
+    # 55,000 pod rows and 45,000 sums). The sums come a metric at a time anyway
+    # (`recording.recorded_query`).
+    "pod_units": tuple((matcher, "") for matcher in _BY_LAST_DIGIT),
+    "sums": tuple(("", metric) for metric in SUMMED),
 }
 
 
-def _parts(name: str) -> list[tuple[str, tuple[str, ...]]]:
-    """The queries one recorded answer is asked in: (part name, extra matchers)."""
+def _parts(name: str) -> list[tuple[str, tuple[str, ...], str]]:
+    """The queries one recorded answer is asked in: (part name, extra matchers, metric name)."""
     if name not in SHARDS:
-        return [(name, ())]
-    return [(f"{name}{SHARD_MARK}{index}", (matcher,)) for index, matcher in enumerate(SHARDS[name])]
+        return [(name, (), "")]
+    return [(f"{name}{SHARD_MARK}{index}", (matcher,) if matcher else (), metric)
+            for index, (matcher, metric) in enumerate(SHARDS[name])]
 
 
 def _joined_shards(answers: dict[str, list[Series]]) -> dict[str, list[Series]]:

@@ -67,6 +67,14 @@ def test_the_fingerprint_follows_what_the_rules_bake_in():
     assert recording.fingerprint(policy, keys) != recording.fingerprint(profiling, keys)
 
 
+def test_a_record_that_keeps_the_metric_name_is_asked_one_metric_at_a_time():
+    sums = 'sum by (__name__, node) (max by (__name__, node, gpu) ({__name__=~"A|B"}))'
+    with pytest.raises(ValueError, match="one metric at a time"):
+        recording.recorded_query("sums", sums, "abc")
+    query = recording.recorded_query("sums", sums, "abc", metric="A")
+    assert f'{recording.METRIC_LABEL}="A"' in query and '"__name__", "A"' in query
+
+
 def test_recorded_and_raw_reads_give_the_same_snapshot_and_window(fake_dcgm, tmp_path):
     _require_prometheus()
     policy = default_policy()

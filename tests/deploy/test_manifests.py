@@ -378,3 +378,40 @@ def test_the_match_condition_sends_device_plugin_and_dra_pods_and_nothing_else(b
     assert not matches(_pod([cpu])) and not matches(_pod([{"name": "bare"}]))
     assert not matches(_pod([cpu], init=[cpu], claims=[])), "an empty claims list claims nothing"
     assert not matches(_pod([{"name": "x", "resources": {"limits": {"example.com/fpga": "1"}}}]))
+
+
+def test_promtool_fires_the_rules_behind_alert_only_for_our_groups_that_miss(tmp_path):
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool comes with Debian's prometheus package")
+    missed = "prometheus_rule_group_iterations_missed_total"
+    ours = "/etc/prometheus/rules/gpu-balancer.yaml;gpu-balancer-snapshot"
+    (alert,) = [rule for rule in yaml.safe_load((DEPLOY / "monitoring" / "alerts.rules.yaml").read_text())["groups"][0]
+                ["rules"] if rule.get("alert") == "GpuBalancerRecordingRulesBehind"]
+    description = alert["annotations"]["description"]
+    tests = {
+        "rule_files": [str(DEPLOY / "monitoring" / "alerts.rules.yaml")],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": f'{missed}{{rule_group="{ours}"}}', "values": "0x9 1+1x30"},
+                {"series": f'{missed}{{rule_group="/etc/prometheus/rules/gpu-balancer.yaml;gpu-balancer-window"}}',
+                 "values": "0x40"},
+                {"series": f'{missed}{{rule_group="/etc/prometheus/rules/other.yaml;other-snapshot"}}',
+                 "values": "0+1x40"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "12m", "alertname": "GpuBalancerRecordingRulesBehind", "exp_alerts": []},
+                {"eval_time": "30m", "alertname": "GpuBalancerRecordingRulesBehind", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "rule_group": ours},
+                    "exp_annotations": {
+                        "summary": f"Prometheus skips evaluations of the gpu-balancer recording rules ({ours})",
+                        "description": description},
+                }]},
+            ],
+        }],
+    }
+    (tmp_path / "alerts.test.yaml").write_text(yaml.safe_dump(tests))
+    result = subprocess.run(["promtool", "test", "rules", str(tmp_path / "alerts.test.yaml")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

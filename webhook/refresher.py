@@ -2,7 +2,7 @@
 
 Does I/O: a `spawn`ed process runs `scoring.prometheus.SnapshotReader` and `webhook.cache.assess`
 on request and sends the small `Telemetry` (the ranked fleet, no per-GPU data) back through a
-pipe. At 5,000 nodes the read costs ~0.85 s of CPU and the assessment ~90 ms; in the webhook
+pipe. At 5,000 nodes the read costs 0.3–0.6 s of CPU and the assessment ~90 ms; in the webhook
 process both would stall admissions, from the child they cost the parent one short unpickle.
 """
 

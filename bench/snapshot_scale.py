@@ -2,8 +2,9 @@
 
 Starts `fake-dcgm` exporters as separate processes (so their memory is not counted), a local
 Prometheus scraping them, waits until every GPU is in, then times `read_snapshot` (every query;
-one every `telemetry.refreshSeconds` as the webhook refreshes, and back to back) and the webhook's `SnapshotReader` (the vanish look-back reused; through the rules, the refreshes
-that find them not re-evaluated timed apart), the refresh without the serving signal's queries,
+one every `telemetry.refreshSeconds` as the webhook refreshes, and back to back) and the
+webhook's `SnapshotReader` (the vanish look-back reused; through the rules, the refreshes that
+find them not re-evaluated timed apart), the refresh without the serving signal's queries,
 and reports this process's peak RSS; last, with Prometheus stopped, one refresh's answers decoded
 and built again from memory: the reader's own cost. Targets (issues 2 and 17): at 5,000 nodes × 8
 GPUs ≤ 300 MB RSS, refresh ≤ 2 s (≤ 1 s through the rules; ≤ 2 s at 15,000 nodes).
@@ -40,6 +41,7 @@ from scoring.policy import default_policy
 from scoring.prometheus import PrometheusClient, SnapshotReader, read_snapshot, topology_keys
 from scoring.recording import NODE_UTIL, SNAPSHOT_INTERVAL_SECONDS, recording_rules, snapshot_record
 from scoring.serving import serving_queries
+from scoring.telemetry import ClusterSnapshot
 
 
 def start_exporters(nodes: int, gpus: int, exporters: int) -> tuple[list[subprocess.Popen], list[str]]:
@@ -139,6 +141,21 @@ def split_cores(prometheus: LocalPrometheus) -> str:
     return f"Prometheus and the exporters on CPU {cpus[0]}, this process on CPU {','.join(map(str, cpus[1:]))}"
 
 
+def timed_refreshes(query: ReplayingClient, policy, repeats: int, source: str, *, every: float = 0.0
+                    ) -> tuple[list[float], list[float], ClusterSnapshot]:
+    """Wall and CPU seconds of `repeats` full refreshes started `every` seconds apart (back to back
+    at 0), each required to read through `source`, and the last snapshot."""
+    wall, cpu = [], []
+    for _ in range(repeats):
+        begin, cpu_begin = time.perf_counter(), time.process_time()
+        snapshot = read_snapshot(query, policy)
+        assert snapshot.source == source, snapshot.source
+        wall.append(time.perf_counter() - begin)
+        cpu.append(time.process_time() - cpu_begin)
+        time.sleep(max(0.0, every - wall[-1]))
+    return wall, cpu, snapshot
+
+
 def main() -> None:
     parser = fleet_arguments(__doc__.splitlines()[0], repeats=5)
     parser.add_argument("--recorded", action="store_true",
@@ -160,26 +177,13 @@ def main() -> None:
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         # Full refreshes as the webhook makes them, one every `telemetry.refreshSeconds` (start to
         # start), so that they fall at every point of the rules' 15 s cycle; then back to back.
-        timings, cpu_timings = [], []
-        for _ in range(args.repeats):
-            begin, cpu_begin = time.perf_counter(), time.process_time()
-            snapshot = read_snapshot(query, policy)
-            assert snapshot.source == ("recording rules" if args.recorded else "raw queries"), snapshot.source
-            timings.append(time.perf_counter() - begin)
-            cpu_timings.append(time.process_time() - cpu_begin)
-            time.sleep(max(0.0, policy.telemetry.refresh_seconds - timings[-1]))
-        back_to_back = []
-        for _ in range(args.repeats):
-            begin = time.perf_counter()
-            read_snapshot(query, policy)
-            back_to_back.append(time.perf_counter() - begin)
+        source = "recording rules" if args.recorded else "raw queries"
+        timings, cpu_timings, snapshot = timed_refreshes(query, policy, args.repeats, source,
+                                                         every=policy.telemetry.refresh_seconds)
+        back_to_back, _, _ = timed_refreshes(query, policy, args.repeats, source)
         # The same refresh without the serving signal's queries (this fleet exports no serving series).
         without = replace(policy, serving=replace(policy.serving, enabled=False))
-        plain_timings = []
-        for _ in range(args.repeats):
-            begin = time.perf_counter()
-            read_snapshot(query, without)
-            plain_timings.append(time.perf_counter() - begin)
+        plain_timings, _, _ = timed_refreshes(query, without, args.repeats, source)
         # The webhook's reader, at the webhook's cadence: the look-back for vanished GPUs runs once a
         # minute, so most of its refreshes reuse that answer; through the rules, a refresh that finds
         # them not re-evaluated returns the last snapshot. Those are timed apart, and refreshes go on

@@ -39,7 +39,7 @@ from scoring import dcgm
 from scoring.heat import fleet_heat
 from scoring.policy import default_policy
 from scoring.prometheus import PrometheusClient, SnapshotReader, read_snapshot, topology_keys
-from scoring.recording import NODE_UTIL, SNAPSHOT_INTERVAL_SECONDS, recording_rules, snapshot_record
+from scoring.recording import NODE_UTIL, recording_rules, snapshot_record
 from scoring.serving import serving_queries
 from scoring.telemetry import ClusterSnapshot
 
@@ -176,7 +176,7 @@ def main() -> None:
         query = ReplayingClient(policy.prometheus)
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         # Full refreshes as the webhook makes them, one every `telemetry.refreshSeconds` (start to
-        # start), so that they fall at every point of the rules' 15 s cycle; then back to back.
+        # start), so that they fall at every point of the rules' cycle; then back to back.
         source = "recording rules" if args.recorded else "raw queries"
         timings, cpu_timings, snapshot = timed_refreshes(query, policy, args.repeats, source,
                                                          every=policy.telemetry.refresh_seconds)
@@ -192,7 +192,7 @@ def main() -> None:
         reader = SnapshotReader(query, policy)
         last = reader()
         reuse_timings, reuse_cpu, unchanged_timings = [], [], []
-        deadline = time.monotonic() + 6 * args.repeats * SNAPSHOT_INTERVAL_SECONDS
+        deadline = time.monotonic() + 6 * args.repeats * policy.telemetry.recording_interval_seconds
         while len(reuse_timings) < args.repeats and time.monotonic() < deadline:
             begin, cpu_begin = time.perf_counter(), time.process_time()
             reused = reader()
@@ -235,7 +235,7 @@ def main() -> None:
         reads = per_check
         unchanged = statistics.median(unchanged_timings) if unchanged_timings else 0.0
         if args.recorded:
-            reads = per_check * policy.telemetry.refresh_seconds / SNAPSHOT_INTERVAL_SECONDS
+            reads = per_check * policy.telemetry.refresh_seconds / policy.telemetry.recording_interval_seconds
             print(f"  a refresh finding the rules not re-evaluated (the last snapshot returned): median "
                   f"{unchanged * 1000:.1f} ms over {len(unchanged_timings)}")
         mean = (full + (reads - 1) * reuse + (per_check - reads) * unchanged) / per_check

@@ -85,6 +85,11 @@ class TelemetryPolicy:
     """How often a refreshing process (the webhook) re-runs the look-back for vanished GPUs,
     reusing the last answer in between. It is the costliest query at fleet scale, and reuse
     delays no vanish: a GPU in the reused answer was seen, so its silence shows at once."""
+    recording_interval_seconds: float = 30.0
+    """How often the recording rules' snapshot group evaluates (`gpu-balancer recording-rules`).
+    dcgm-exporter collects every 30 s by default, so evaluating more often recomputes the same
+    figures, and the group costs Prometheus most of a core at 15,000 nodes (`BENCHMARKS.md`).
+    Shorten it only where the exporter collects more often."""
     use_profiling_metrics: bool = True
     """Prefer DCGM_FI_PROF_GR_ENGINE_ACTIVE over DCGM_FI_DEV_GPU_UTIL where present: GPU_UTIL
     counts any kernel running as 100 %, GR_ENGINE_ACTIVE measures the busy share."""
@@ -333,6 +338,9 @@ def validate_policy(policy: BalancerPolicy) -> None:
     _require(telemetry.vanish_lookback_seconds > 0, "telemetry.vanishLookbackSeconds", "must be positive")
     _require(0 < telemetry.vanish_check_seconds <= telemetry.vanish_lookback_seconds,
              "telemetry.vanishCheckSeconds", "must be positive and at most vanishLookbackSeconds")
+    _require(1 <= telemetry.recording_interval_seconds < telemetry.staleness_limit_seconds
+             and telemetry.recording_interval_seconds == int(telemetry.recording_interval_seconds),
+             "telemetry.recordingIntervalSeconds", "must be whole seconds, at least 1 and below stalenessLimitSeconds")
     _require(re.fullmatch(r"auto|[A-Za-z_][A-Za-z0-9_]*", telemetry.node_label) is not None,
              "telemetry.nodeLabel", "must be 'auto' or a Prometheus label name")
     _require(prom.url.startswith(("http://", "https://")), "prometheus.url", "must start with http:// or https://")

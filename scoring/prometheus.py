@@ -420,8 +420,9 @@ class SnapshotReader:
     """`read_snapshot` for a process that refreshes every few seconds: the look-back query for
     vanished GPUs runs at most every `telemetry.vanishCheckSeconds`, its answer reused between.
     Through the recording rules, a refresh that finds them not re-evaluated since the last one
-    (the rules run every 15 s, a webhook refreshes every 5 s) asks one row and returns the last
-    snapshot, unless that showed model-server series: those are read raw, on their own scrapes.
+    (the rules run every `telemetry.recordingIntervalSeconds`, 30 s; a webhook refreshes every 5 s)
+    asks one row and returns the last snapshot, unless that showed model-server series: those are
+    read raw, on their own scrapes.
     Stateful (the reused answers); the I/O is `query`'s."""
 
     def __init__(self, query: QueryFn, policy: BalancerPolicy, *,

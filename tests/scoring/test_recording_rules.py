@@ -67,6 +67,18 @@ def test_the_fingerprint_follows_what_the_rules_bake_in():
     assert recording.fingerprint(policy, keys) != recording.fingerprint(profiling, keys)
 
 
+def test_the_snapshot_group_evaluates_at_the_policys_interval_and_the_fingerprint_ignores_it():
+    # The interval changes how often figures are recomputed, not what they mean: rules installed
+    # at another interval still match the reader's fingerprint.
+    policy = default_policy()
+    every_15 = replace(policy, telemetry=replace(policy.telemetry, recording_interval_seconds=15.0))
+    intervals = {p.telemetry.recording_interval_seconds: {g["name"]: g["interval"] for g in
+                                                         recording.recording_rules(p, topology_keys(p))["groups"]}
+                 for p in (policy, every_15)}
+    assert intervals[30.0]["gpu-balancer-snapshot"] == "30s" and intervals[15.0]["gpu-balancer-snapshot"] == "15s"
+    assert recording.fingerprint(policy, topology_keys(policy)) == recording.fingerprint(every_15, topology_keys(every_15))
+
+
 def test_a_record_that_keeps_the_metric_name_is_asked_one_metric_at_a_time():
     sums = 'sum by (__name__, node) (max by (__name__, node, gpu) ({__name__=~"A|B"}))'
     with pytest.raises(ValueError, match="one metric at a time"):

@@ -8,7 +8,8 @@ Errors, all `TelemetryError`:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+import copy
 import gc
 import threading
 import time
@@ -212,6 +213,15 @@ class PrometheusClient:
                                    retry=Retry(total=0), timeout=connection.timeout_seconds)
         self._endpoint = f"{client.url}/api/v1/query"
         self._decoding = threading.Lock()
+        self._time: float | None = None
+
+    def at(self, timestamp: float) -> PrometheusClient:
+        """This client (its connection shared), its queries evaluated at `timestamp` (seconds since
+        the epoch) instead of now: the API's `time` parameter, which every Prometheus-compatible
+        backend takes."""
+        pinned = copy.copy(self)
+        pinned._time = timestamp
+        return pinned
 
     def __call__(self, promql: str) -> list[dict]:
         return _result(self._connection.url, promql, self._body(promql))
@@ -231,8 +241,9 @@ class PrometheusClient:
         if connection.bearer_token_file:
             # Re-read every time: projected service-account tokens rotate.
             headers["Authorization"] = "Bearer " + Path(connection.bearer_token_file).read_text().strip()
+        params = {"query": promql} if self._time is None else {"query": promql, "time": f"{self._time:.3f}"}
         try:
-            response = self._session.get(self._endpoint, params={"query": promql}, headers=headers, auth=self._auth,
+            response = self._session.get(self._endpoint, params=params, headers=headers, auth=self._auth,
                                          timeout=connection.timeout_seconds)
         except requests.RequestException as error:
             raise PrometheusUnreachable(connection.url, error) from None
@@ -270,8 +281,18 @@ def _series(result: Sequence[dict]) -> list[Series]:
     return rows
 
 
-def _as_series(query: QueryFn) -> Callable[[str], list[Series]]:
+Fetch = Callable[[str], list[Series]]
+"""Runs one instant PromQL query and returns its rows as `Series`."""
+
+
+def _as_series(query: QueryFn) -> Fetch:
     return query.series if isinstance(query, PrometheusClient) else lambda promql: _series(query(promql))
+
+
+def _evaluated_at(query: QueryFn, timestamp: float | None) -> QueryFn:
+    """`query` asking as of `timestamp` where it is a Prometheus client; any other `QueryFn` (a
+    test's, the simulator's) answers from data of its own and is asked as it is."""
+    return query.at(timestamp) if timestamp is not None and isinstance(query, PrometheusClient) else query
 
 
 def run_queries(query: QueryFn, queries: dict[str, str]) -> dict[str, list[Series]]:
@@ -292,7 +313,8 @@ def read_snapshot(query: QueryFn, policy: BalancerPolicy, *,
     """Run the snapshot queries (recorded ones where Prometheus has this policy's recording
     rules, unless `raw`) and build a `ClusterSnapshot`."""
     recorded = None if raw else recorded_fingerprint(query, policy)
-    return _read(query, policy, now=now, seen_recently=None, recorded=recorded)[0]
+    evaluated_at = recorded_at(query, recorded) if recorded else None
+    return _read(query, policy, now=now, seen_recently=None, recorded=recorded, evaluated_at=evaluated_at)[0]
 
 
 class _CyclesUncollected:
@@ -324,15 +346,22 @@ _cycles_uncollected = _CyclesUncollected()
 
 
 def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime] | None,
-          seen_recently: Sequence[Series] | None, recorded: str | None) -> tuple[ClusterSnapshot, Sequence[Series]]:
+          seen_recently: Sequence[Series] | None, recorded: str | None, evaluated_at: float | None = None
+          ) -> tuple[ClusterSnapshot, Sequence[Series]]:
     """The snapshot and the look-back answer it used: `seen_recently` when given (that query
-    then does not run), else Prometheus' fresh one."""
+    then does not run), else Prometheus' fresh one.
+
+    Through the rules, the records are read as of `evaluated_at`, the rules' last evaluation
+    (`recorded_at`). Prometheus writes each rule's output as that rule finishes, so a read made
+    while the rules run would otherwise mix this evaluation's records with the last one's (a node
+    just joined counted without its utilisation)."""
     with _cycles_uncollected:
-        return _read_rows(query, policy, now=now, seen_recently=seen_recently, recorded=recorded)
+        return _read_rows(query, policy, now=now, seen_recently=seen_recently, recorded=recorded,
+                          evaluated_at=evaluated_at)
 
 
 def _read_rows(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime] | None,
-               seen_recently: Sequence[Series] | None, recorded: str | None
+               seen_recently: Sequence[Series] | None, recorded: str | None, evaluated_at: float | None
                ) -> tuple[ClusterSnapshot, Sequence[Series]]:
     clock = now or (lambda: datetime.now(timezone.utc))
     taken_at = clock()
@@ -348,17 +377,18 @@ def _read_rows(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], date
                    for name, expr in stands_for.items() for part, matchers, metric in _parts(name)}
     if seen_recently is not None:
         del queries["seen_recently"]
+    asked = _asking(_evaluated_at(query, evaluated_at) if recorded else query, queries)
     joins: dict[str, str] = {}
-    if policy.serving.enabled:
+    if policy.serving.enabled:  # read raw, as of now: the model servers' own scrapes
         joins = serving.serving_queries(policy.serving, policy.prometheus.selector_matchers,
                                         policy.placement.workload_label)
-        queries |= {name: expr for name, expr in joins.items() if name not in serving.JOINS}
-    answers = _joined_shards(_all_at_once(query, queries))
+        asked |= _asking(query, {name: expr for name, expr in joins.items() if name not in serving.JOINS})
+    answers = _joined_shards(_all_at_once(asked))
     newest = answers.pop("newest_sample")
     serving_rows = {name: answers.pop(name) for name in joins if name in answers}
     if any(serving_rows.values()):
         # The joins scan kube-state-metrics' every pod: only worth it where some server reports.
-        serving_rows |= _all_at_once(query, {name: joins[name] for name in serving.JOINS})
+        serving_rows |= _all_at_once(_asking(query, {name: joins[name] for name in serving.JOINS}))
     if seen_recently is None:
         seen_recently = answers.pop("seen_recently")
     snapshot = build_snapshot(
@@ -407,11 +437,17 @@ def _joined_shards(answers: dict[str, list[Series]]) -> dict[str, list[Series]]:
     return joined
 
 
-def _all_at_once(query: QueryFn, queries: dict[str, str]) -> dict[str, list[Series]]:
+def _asking(query: QueryFn, queries: Mapping[str, str]) -> dict[str, tuple[Fetch, str]]:
+    """Each named query with the function that asks it."""
+    fetch = _as_series(query)
+    return {name: (fetch, promql) for name, promql in queries.items()}
+
+
+def _all_at_once(asked: Mapping[str, tuple[Fetch, str]]) -> dict[str, list[Series]]:
     """Every query in parallel: a refresh then costs one round trip, and a silent Prometheus one timeout."""
-    pool = ThreadPoolExecutor(max_workers=min(16, len(queries)), thread_name_prefix="promql")
+    pool = ThreadPoolExecutor(max_workers=min(16, len(asked)), thread_name_prefix="promql")
     try:
-        return dict(zip(queries, pool.map(_as_series(query), queries.values())))
+        return dict(zip(asked, pool.map(lambda pair: pair[0](pair[1]), asked.values())))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
@@ -446,7 +482,8 @@ class SnapshotReader:
         if reuse and evaluated_at is not None and self._last is not None and self._last[0] == evaluated_at:
             return self._last[1]
         snapshot, seen = _read(self._query, self._policy, now=None,
-                               seen_recently=self._seen_recently if reuse else None, recorded=self._recorded)
+                               seen_recently=self._seen_recently if reuse else None, recorded=self._recorded,
+                               evaluated_at=evaluated_at)
         if not reuse:
             self._seen_recently, self._checked_at = list(seen), started
         reusable = evaluated_at is not None and not serving.targets_of(snapshot)

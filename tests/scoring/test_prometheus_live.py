@@ -382,3 +382,44 @@ def test_a_refresh_reads_in_full_where_model_servers_report(fake_dcgm, prometheu
     finally:
         server.shutdown()
     assert gc.isenabled()
+
+
+def test_through_the_rules_a_refresh_reads_the_records_of_one_evaluation(prometheus):
+    # The rules write rule by rule, so a read made while they run must not take some records from
+    # this evaluation and some from the last: it reads as of the last complete one. Here the fleet
+    # changes under a running Prometheus, and a read as of an evaluation made before still gets
+    # that evaluation's records, every one of them.
+    from scoring.prometheus import _read
+
+    texts = [render_exposition(generate_fleet(SPEC)), render_exposition(generate_fleet(replace(SPEC, seed=6)))]
+    serving_now = [texts[0]]
+    server = make_server(lambda: serving_now[0], port=0)
+    serve_in_background(server)
+    prom = prometheus(f"127.0.0.1:{server.server_port}", recorded=True)
+    prom.wait_for(recording.snapshot_record("newest_sample"))
+    policy = policy_for(prom.url)
+    query = connect(policy.prometheus)
+    fingerprint = recording.fingerprint(policy, topology_keys(policy))
+
+    def settled(unlike: tuple = ()) -> tuple[float, tuple]:
+        """An evaluation whose records equal what the raw queries read now (other than `unlike`),
+        and those nodes."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            evaluated_at = recorded_at(query, fingerprint)
+            nodes = _read(query, policy, now=None, seen_recently=None, recorded=fingerprint,
+                          evaluated_at=evaluated_at)[0].nodes
+            if nodes != unlike and nodes == read_snapshot(query, policy, raw=True).nodes:
+                return evaluated_at, nodes
+            time.sleep(0.5)
+        raise AssertionError("the records never settled on the exporter's figures")
+
+    before, first = settled()
+    serving_now[0] = texts[1]
+    after, second = settled(unlike=first)
+    assert after > before
+    assert read_snapshot(query, policy).nodes == second
+    as_of_before = _read(query, policy, now=None, seen_recently=None, recorded=fingerprint, evaluated_at=before)
+    assert as_of_before[0].nodes == first and as_of_before[0].source == "recording rules"
+    server.shutdown()
+    server.server_close()

@@ -457,8 +457,9 @@ class SnapshotReader:
     vanished GPUs runs at most every `telemetry.vanishCheckSeconds`, its answer reused between.
     Through the recording rules, a refresh that finds them not re-evaluated since the last one
     (the rules run every `telemetry.recordingIntervalSeconds`, 30 s; a webhook refreshes every 5 s)
-    asks one row and returns the last snapshot, unless that showed model-server series: those are
-    read raw, on their own scrapes.
+    asks one row and returns the last snapshot, even where the look-back is due (it then runs at
+    the next evaluation), unless that snapshot showed model-server series: those are read raw, on
+    their own scrapes.
     Stateful (the reused answers); the I/O is `query`'s."""
 
     def __init__(self, query: QueryFn, policy: BalancerPolicy, *,
@@ -479,7 +480,9 @@ class SnapshotReader:
         if not reuse:  # look for recording rules as often as for vanished GPUs
             self._recorded = recorded_fingerprint(self._query, self._policy)
         evaluated_at = recorded_at(self._query, self._recorded) if self._recorded else None
-        if reuse and evaluated_at is not None and self._last is not None and self._last[0] == evaluated_at:
+        if evaluated_at is not None and self._last is not None and self._last[0] == evaluated_at:
+            # A due look-back waits for the next evaluation too: every read then follows one, and
+            # so seldom meets Prometheus still evaluating the rules.
             return self._last[1]
         snapshot, seen = _read(self._query, self._policy, now=None,
                                seen_recently=self._seen_recently if reuse else None, recorded=self._recorded,

@@ -363,6 +363,31 @@ def test_through_the_rules_a_refresh_before_their_next_evaluation_returns_the_la
     assert third is not first and len(asked) > 10 and third.nodes == first.nodes
 
 
+def test_through_the_rules_a_due_look_back_waits_for_their_next_evaluation(fake_dcgm, prometheus):
+    prom = prometheus(fake_dcgm(SPEC), recorded=True)
+    prom.wait_for(recording.snapshot_record("newest_sample"))
+    policy = policy_for(prom.url)
+    real_query = connect(policy.prometheus)
+    evaluations = iter([1000.0, 1000.0, 1030.0])
+    asked: list[str] = []
+
+    def query(promql):
+        asked.append(promql)
+        if promql.startswith("timestamp("):
+            return [{"metric": {}, "value": [0, str(next(evaluations))]}]
+        return real_query(promql)
+
+    clock = [0.0]
+    reader = SnapshotReader(query, policy, monotonic=lambda: clock[0])
+    look_backs = lambda: sum("snapshot_seen_recently" in q for q in asked)  # noqa: E731
+    first = reader()
+    assert look_backs() == 1
+    clock[0] = policy.telemetry.vanish_check_seconds + 1  # the look-back is due, the rules have not run
+    assert reader() is first and look_backs() == 1
+    later = reader()  # they have: the look-back is read with their records
+    assert later is not first and look_backs() == 2 and later.nodes == first.nodes
+
+
 def test_a_refresh_reads_in_full_where_model_servers_report(fake_dcgm, prometheus):
     import gc
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import orjson
 import requests
 from prometheus_api_client import PrometheusConnect
+from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from scoring import dcgm, recording, serving
@@ -63,6 +64,9 @@ class PrometheusQueryError(TelemetryError):
         self.url = url
         self.query = query
 
+
+PARALLEL_QUERIES = 16
+"""The most queries a refresh has in flight at once."""
 
 QueryFn = Callable[[str], list[dict]]
 """Runs one instant PromQL query and returns Prometheus's `data.result` list."""
@@ -211,6 +215,8 @@ class PrometheusClient:
         # answer is decoded by orjson: at 40,000 rows the standard decoder cost more than Prometheus.
         client = PrometheusConnect(url=connection.url.rstrip("/"), session=self._session, auth=self._auth,
                                    retry=Retry(total=0), timeout=connection.timeout_seconds)
+        # One kept connection per query of a refresh in flight (the default keeps 10, and reopens the rest).
+        self._session.mount(client.url, HTTPAdapter(max_retries=Retry(total=0), pool_maxsize=PARALLEL_QUERIES))
         self._endpoint = f"{client.url}/api/v1/query"
         self._decoding = threading.Lock()
         self._time: float | None = None
@@ -445,7 +451,7 @@ def _asking(query: QueryFn, queries: Mapping[str, str]) -> dict[str, tuple[Fetch
 
 def _all_at_once(asked: Mapping[str, tuple[Fetch, str]]) -> dict[str, list[Series]]:
     """Every query in parallel: a refresh then costs one round trip, and a silent Prometheus one timeout."""
-    pool = ThreadPoolExecutor(max_workers=min(16, len(asked)), thread_name_prefix="promql")
+    pool = ThreadPoolExecutor(max_workers=min(PARALLEL_QUERIES, len(asked)), thread_name_prefix="promql")
     try:
         return dict(zip(asked, pool.map(lambda pair: pair[0](pair[1]), asked.values())))
     finally:
@@ -480,9 +486,11 @@ class SnapshotReader:
         if not reuse:  # look for recording rules as often as for vanished GPUs
             self._recorded = recorded_fingerprint(self._query, self._policy)
         evaluated_at = recorded_at(self._query, self._recorded) if self._recorded else None
+        if self._recorded and evaluated_at is None:  # the rules went away: read raw from now on
+            self._recorded = recorded_fingerprint(self._query, self._policy)
         if evaluated_at is not None and self._last is not None and self._last[0] == evaluated_at:
-            # A due look-back waits for the next evaluation too: every read then follows one, and
-            # so seldom meets Prometheus still evaluating the rules.
+            # A due look-back waits for the next evaluation too: a read of unchanged records would
+            # only cost Prometheus, and every read then comes just after an evaluation.
             return self._last[1]
         snapshot, seen = _read(self._query, self._policy, now=None,
                                seen_recently=self._seen_recently if reuse else None, recorded=self._recorded,

@@ -363,6 +363,28 @@ def test_through_the_rules_a_refresh_before_their_next_evaluation_returns_the_la
     assert third is not first and len(asked) > 10 and third.nodes == first.nodes
 
 
+def test_a_refreshing_reader_whose_rules_are_removed_reads_raw_at_once(fake_dcgm, prometheus):
+    import signal
+
+    prom = prometheus(fake_dcgm(SPEC), recorded=True)
+    prom.wait_for(recording.snapshot_record("newest_sample"))
+    policy = policy_for(prom.url)
+    query = connect(policy.prometheus)
+    fingerprint = recording.fingerprint(policy, topology_keys(policy))
+    reader = SnapshotReader(query, policy, monotonic=lambda: 0.0)  # never due for the look-back
+    first = reader()
+    assert first.source == "recording rules"
+    prom.rule_files[0].write_text("groups: []\n")
+    prom.process.send_signal(signal.SIGHUP)  # Prometheus marks the removed groups' series stale
+    deadline = time.monotonic() + 30
+    while recorded_at(query, fingerprint) is not None:
+        assert time.monotonic() < deadline, "the removed rules' records never went stale"
+        time.sleep(0.2)
+    after = reader()
+    assert after.source == "raw queries" and after.nodes == read_snapshot(query, policy).nodes
+    assert {n.name for n in after.nodes} == {n.name for n in first.nodes}
+
+
 def test_through_the_rules_a_due_look_back_waits_for_their_next_evaluation(fake_dcgm, prometheus):
     prom = prometheus(fake_dcgm(SPEC), recorded=True)
     prom.wait_for(recording.snapshot_record("newest_sample"))

@@ -34,6 +34,13 @@ def policy_for(url: str, **connection) -> BalancerPolicy:
     return replace(policy, prometheus=replace(policy.prometheus, url=url, **connection))
 
 
+def through_the_rules(prom):
+    """Once `prom` has recorded a snapshot: the policy pointed at it, a client, and the rules' fingerprint."""
+    prom.wait_for(recording.snapshot_record("newest_sample"))
+    policy = policy_for(prom.url)
+    return policy, connect(policy.prometheus), recording.fingerprint(policy, topology_keys(policy))
+
+
 def heat_from(url: str, **connection):
     policy = policy_for(url, **connection)
     snapshot = read_snapshot(connect(policy.prometheus), policy)
@@ -339,11 +346,7 @@ def test_a_refresh_pauses_cycle_collection_and_leaves_it_as_it_found_it():
 
 
 def test_through_the_rules_a_refresh_before_their_next_evaluation_returns_the_last_snapshot(fake_dcgm, prometheus):
-    prom = prometheus(fake_dcgm(SPEC), recorded=True)
-    prom.wait_for(recording.snapshot_record("newest_sample"))
-    policy = policy_for(prom.url)
-    real_query = connect(policy.prometheus)
-    fingerprint = recording.fingerprint(policy, topology_keys(policy))
+    policy, real_query, fingerprint = through_the_rules(prometheus(fake_dcgm(SPEC), recorded=True))
     evaluations = iter([1000.0, 1000.0, 1015.0])  # when the rules last ran, as each refresh finds
     asked: list[str] = []
 
@@ -367,10 +370,7 @@ def test_a_refreshing_reader_whose_rules_are_removed_reads_raw_at_once(fake_dcgm
     import signal
 
     prom = prometheus(fake_dcgm(SPEC), recorded=True)
-    prom.wait_for(recording.snapshot_record("newest_sample"))
-    policy = policy_for(prom.url)
-    query = connect(policy.prometheus)
-    fingerprint = recording.fingerprint(policy, topology_keys(policy))
+    policy, query, fingerprint = through_the_rules(prom)
     reader = SnapshotReader(query, policy, monotonic=lambda: 0.0)  # never due for the look-back
     first = reader()
     assert first.source == "recording rules"
@@ -386,10 +386,7 @@ def test_a_refreshing_reader_whose_rules_are_removed_reads_raw_at_once(fake_dcgm
 
 
 def test_through_the_rules_a_due_look_back_waits_for_their_next_evaluation(fake_dcgm, prometheus):
-    prom = prometheus(fake_dcgm(SPEC), recorded=True)
-    prom.wait_for(recording.snapshot_record("newest_sample"))
-    policy = policy_for(prom.url)
-    real_query = connect(policy.prometheus)
+    policy, real_query, _ = through_the_rules(prometheus(fake_dcgm(SPEC), recorded=True))
     evaluations = iter([1000.0, 1000.0, 1030.0])
     asked: list[str] = []
 
@@ -442,11 +439,7 @@ def test_through_the_rules_a_refresh_reads_the_records_of_one_evaluation(prometh
     serving_now = [texts[0]]
     server = make_server(lambda: serving_now[0], port=0)
     serve_in_background(server)
-    prom = prometheus(f"127.0.0.1:{server.server_port}", recorded=True)
-    prom.wait_for(recording.snapshot_record("newest_sample"))
-    policy = policy_for(prom.url)
-    query = connect(policy.prometheus)
-    fingerprint = recording.fingerprint(policy, topology_keys(policy))
+    policy, query, fingerprint = through_the_rules(prometheus(f"127.0.0.1:{server.server_port}", recorded=True))
 
     def settled(unlike: tuple = ()) -> tuple[float, tuple]:
         """An evaluation whose records equal what the raw queries read now (other than `unlike`),

@@ -7,7 +7,9 @@ the new interval, measures Prometheus's CPU (user + system, from /proc) over `--
 reader running: scraping, the three rule groups, and nothing else. The intervals alternate
 (A B A B ...), so a drift in the machine's speed falls on both. Linux only.
 
-    .venv/bin/python bench/rule_interval_cost.py [--nodes 15000] [--gpus 8] [--exporters 12] [--intervals 15 30] [--rounds 2] [--seconds 90]
+    .venv/bin/python bench/rule_interval_cost.py [--nodes 15000] [--gpus 8] [--exporters 12] [--intervals 15 30] [--repeats 2] [--seconds 90]
+
+`--repeats` is how many times each interval is measured.
 """
 
 from __future__ import annotations
@@ -28,9 +30,7 @@ from snapshot_scale import fleet_arguments, fleet_in_prometheus, gpus_in_fleet  
 
 from scoring.policy import default_policy  # noqa: E402
 from scoring.prometheus import topology_keys  # noqa: E402
-from scoring.recording import recording_rules  # noqa: E402
-
-SNAPSHOT_GROUP = "gpu-balancer-snapshot"
+from scoring.recording import SNAPSHOT_GROUP, recording_rules  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:
@@ -61,9 +61,8 @@ def reload_at(prometheus, interval: int) -> None:
 
 
 def main() -> None:
-    parser = fleet_arguments(__doc__.splitlines()[0], repeats=0)
+    parser = fleet_arguments(__doc__.splitlines()[0], repeats=2)
     parser.add_argument("--intervals", type=int, nargs="+", default=[15, 30])
-    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=90.0)
     args = parser.parse_args()
     cores: dict[int, list[float]] = {interval: [] for interval in args.intervals}
@@ -71,7 +70,7 @@ def main() -> None:
     with fleet_in_prometheus(args.nodes, args.gpus, args.exporters, recorded=True) as prometheus:
         print(f"fleet: {args.nodes} nodes x {args.gpus} GPUs = "
               f"{gpus_in_fleet(args.nodes, args.gpus, args.exporters)} GPUs, scraped every 15 s")
-        for _ in range(args.rounds):
+        for _ in range(args.repeats):
             for interval in args.intervals:
                 reload_at(prometheus, interval)
                 begin, cpu_begin = time.monotonic(), cpu_seconds(prometheus.process.pid)

@@ -88,7 +88,7 @@ class TelemetryPolicy:
     recording_interval_seconds: float = 30.0
     """How often the recording rules' snapshot group evaluates (`gpu-balancer recording-rules`).
     dcgm-exporter collects every 30 s by default, so evaluating more often recomputes the same
-    figures; at 15,000 nodes one evaluation costs Prometheus 8–13 s of a core (`BENCHMARKS.md`).
+    figures; at 15,000 nodes one evaluation costs Prometheus 8–16 s of a core (`BENCHMARKS.md`).
     Shorten it only where the exporter collects more often."""
     use_profiling_metrics: bool = True
     """Prefer DCGM_FI_PROF_GR_ENGINE_ACTIVE over DCGM_FI_DEV_GPU_UTIL where present: GPU_UTIL

@@ -352,7 +352,7 @@ _cycles_uncollected = _CyclesUncollected()
 
 
 def _read(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], datetime] | None,
-          seen_recently: Sequence[Series] | None, recorded: str | None, evaluated_at: float | None = None
+          seen_recently: Sequence[Series] | None, recorded: str | None, evaluated_at: float | None
           ) -> tuple[ClusterSnapshot, Sequence[Series]]:
     """The snapshot and the look-back answer it used: `seen_recently` when given (that query
     then does not run), else Prometheus' fresh one.

@@ -21,6 +21,8 @@ from scoring.policy import BalancerPolicy
 PREFIX = "gpu_balancer:"
 FINGERPRINT_LABEL = "gpu_balancer_rules"
 NODE_UTIL = f"{PREFIX}node_util"
+SNAPSHOT_GROUP = "gpu-balancer-snapshot"
+"""The rule group of what every refresh reads, evaluated every `telemetry.recordingIntervalSeconds`."""
 LOOKBACK = ("seen_recently", "mig_parents")
 """Recorded in a group of their own, evaluated every `telemetry.vanishCheckSeconds`: what only
 the count of vanished GPUs reads (the reporting MIG parents count as reporting)."""
@@ -98,7 +100,7 @@ def recording_rules(policy: BalancerPolicy, topology_keys: Sequence[str]) -> dic
                 for name in names]
 
     return {"groups": [
-        {"name": "gpu-balancer-snapshot", "interval": f"{int(policy.telemetry.recording_interval_seconds)}s",
+        {"name": SNAPSHOT_GROUP, "interval": f"{int(policy.telemetry.recording_interval_seconds)}s",
          "rules": rules([name for name in snapshot if name not in LOOKBACK])},
         # The look-back scans ten minutes of every GPU's samples, the dearest rule by far; readers
         # use it only once a vanish check.

@@ -75,7 +75,7 @@ def test_the_snapshot_group_evaluates_at_the_policys_interval_and_the_fingerprin
     intervals = {p.telemetry.recording_interval_seconds: {g["name"]: g["interval"] for g in
                                                          recording.recording_rules(p, topology_keys(p))["groups"]}
                  for p in (policy, every_15)}
-    assert intervals[30.0]["gpu-balancer-snapshot"] == "30s" and intervals[15.0]["gpu-balancer-snapshot"] == "15s"
+    assert intervals[30.0][recording.SNAPSHOT_GROUP] == "30s" and intervals[15.0][recording.SNAPSHOT_GROUP] == "15s"
     assert recording.fingerprint(policy, topology_keys(policy)) == recording.fingerprint(every_15, topology_keys(every_15))
 
 

@@ -192,7 +192,7 @@ def main() -> None:
         reader = SnapshotReader(query, policy)
         last = reader()
         reuse_timings, reuse_cpu, unchanged_timings = [], [], []
-        deadline = time.monotonic() + 6 * args.repeats * policy.telemetry.recording_interval_seconds
+        deadline = time.monotonic() + 6 * args.repeats * policy.telemetry.recording_interval
         while len(reuse_timings) < args.repeats and time.monotonic() < deadline:
             begin, cpu_begin = time.perf_counter(), time.process_time()
             reused = reader()
@@ -235,7 +235,7 @@ def main() -> None:
         reads = per_check
         unchanged = statistics.median(unchanged_timings) if unchanged_timings else 0.0
         if args.recorded:
-            reads = per_check * policy.telemetry.refresh_seconds / policy.telemetry.recording_interval_seconds
+            reads = per_check * policy.telemetry.refresh_seconds / policy.telemetry.recording_interval
             print(f"  a refresh finding the rules not re-evaluated (the last snapshot returned): median "
                   f"{unchanged * 1000:.1f} ms over {len(unchanged_timings)}")
         mean = (full + (reads - 1) * reuse + (per_check - reads) * unchanged) / per_check

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -108,28 +110,59 @@ def serve(kind: str, nodes: int, port: int, cert: str, key: str) -> None:
     server.run()
 
 
-WRK_SCRIPT = """
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = [[%s]]
+WRK_DONE = """
 done = function(summary, latency, requests)
-  io.write(string.format("RESULT %%d %%d %%f %%f %%d\\n", summary.requests, summary.duration,
+  io.write(string.format("RESULT %d %d %f %f %d\\n", summary.requests, summary.duration,
     latency:percentile(50), latency:percentile(99), summary.errors.status + summary.errors.connect
     + summary.errors.read + summary.errors.write + summary.errors.timeout))
 end
 """
+"""The end of every load script: the figures `run_wrk` reads, on one RESULT line."""
+
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = [[%s]]
+""" + WRK_DONE.replace("%", "%%")
 
 
 def load_with_wrk(url: str, seconds: int, concurrency: int, workdir: Path) -> dict[str, float]:
     """wrk (C, keep-alive, TLS) drives the load so the client is not the bottleneck."""
     script = workdir / "post.lua"
     script.write_text(WRK_SCRIPT % json.dumps(review(1)))
+    return run_wrk(script, url, seconds, concurrency)
+
+
+def run_wrk(script: Path, url: str, seconds: int, concurrency: int) -> dict[str, float]:
+    """One wrk run of a script whose `done` prints the RESULT line; its figures."""
     output = subprocess.run(["wrk", "-t1", f"-c{concurrency}", f"-d{seconds}s", "-s", str(script), url],
                             capture_output=True, text=True, check=True).stdout
     _, requests, duration_us, p50_us, p99_us, errors = next(
         line for line in output.splitlines() if line.startswith("RESULT")).split()
     return {"throughput": int(requests) / (int(duration_us) / 1e6), "p50_ms": float(p50_us) / 1000,
             "p99_ms": float(p99_us) / 1000, "errors": int(errors)}
+
+
+@contextmanager
+def served(script: str, kind: str, nodes: int, paths: dict[str, Path]) -> Iterator[str]:
+    """`script --serve kind` in a process of its own over TLS, until it answers (the webhook: with
+    fresh telemetry); yields its URL and stops it after."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, script, "--serve", kind, "--nodes", str(nodes), "--port", str(port),
+                               "--cert", str(paths["tls.crt"]), "--key", str(paths["tls.key"])])
+    url = f"https://127.0.0.1:{port}"
+    try:
+        wait_until_serving(url, str(paths["ca.crt"]), telemetry=kind == "webhook")
+        yield url
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def tls_bundle(directory: Path) -> dict[str, Path]:
+    """A CA and a serving certificate for 127.0.0.1, written to `directory`."""
+    ca = issue_ca()
+    return write_bundle(directory, ca, issue_serving(ca, ["localhost"], ip_addresses=(ipaddress.ip_address("127.0.0.1"),)))
 
 
 def largest_patch(url: str, ca: str) -> int:
@@ -200,43 +233,39 @@ def per_admission_costs(sizes: tuple[int, ...], blocks: int = 9, repeats: int = 
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def load_arguments(description: str, kinds: tuple[str, ...], *, nodes: int, nodes_help: str = argparse.SUPPRESS
+                   ) -> argparse.Namespace:
+    """The arguments of a load bench: its own, and those it starts itself with (`--serve KIND`).
+    Exits when wrk, the load generator, is missing (and the bench is not serving)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--seconds", type=int, default=10, help="load duration per server")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--nodes", type=int, default=10, help=argparse.SUPPRESS)
-    parser.add_argument("--serve", choices=("null", "webhook"), help=argparse.SUPPRESS)
+    parser.add_argument("--nodes", type=int, default=nodes, help=nodes_help)
+    parser.add_argument("--serve", choices=kinds, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--cert", help=argparse.SUPPRESS)
     parser.add_argument("--key", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not args.serve and shutil.which("wrk") is None:
+        sys.exit("wrk is needed as the load generator: apt-get install wrk")
+    return args
+
+
+def main() -> None:
+    args = load_arguments(__doc__.splitlines()[0], ("null", "webhook"), nodes=10)
     if args.serve:
         serve(args.serve, args.nodes, args.port, args.cert, args.key)
         return
-
-    if shutil.which("wrk") is None:
-        sys.exit("wrk is needed as the load generator: apt-get install wrk")
     results: dict[str, dict[str, float]] = {}
     patches: dict[int, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        ca = issue_ca()
-        paths = write_bundle(Path(tmp), ca, issue_serving(ca, ["localhost"],
-                                                          ip_addresses=(ipaddress.ip_address("127.0.0.1"),)))
+        paths = tls_bundle(Path(tmp))
         for kind, nodes in (("null", 10), ("webhook", 10), ("webhook", 5000)):
-            port = free_port()
-            server = subprocess.Popen([sys.executable, __file__, "--serve", kind, "--nodes", str(nodes),
-                                       "--port", str(port), "--cert", str(paths["tls.crt"]),
-                                       "--key", str(paths["tls.key"])])
-            url = f"https://127.0.0.1:{port}"
-            try:
-                wait_until_serving(url, str(paths["ca.crt"]), telemetry=kind == "webhook")
+            with served(__file__, kind, nodes, paths) as url:
                 if kind == "webhook":
                     patches[nodes] = largest_patch(url, str(paths["ca.crt"]))
                 results[f"{kind} ({nodes} nodes)"] = load_with_wrk(url + "/mutate", args.seconds,
                                                                    args.concurrency, Path(tmp))
-            finally:
-                server.terminate()
-                server.wait()
 
     print(f"wrk, {args.seconds}s at concurrency {args.concurrency}, over TLS (uvicorn, one process each):")
     for name, r in results.items():

@@ -69,7 +69,10 @@ def carry_out(plan: Plan, core: client.CoreV1Api | None, events: client.EventsV1
             log.info("would evict %s/%s from %s: %s", eviction.namespace, eviction.pod, eviction.node, eviction.reason)
             _record(events, eviction, now, instance, dry_run=True)
             continue
-        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=eviction.pod, namespace=eviction.namespace))
+        # Typed in full: the client sends no apiVersion or kind unless told, and a server that
+        # reads the body as some other version would not treat it as an Eviction.
+        body = client.V1Eviction(api_version="policy/v1", kind="Eviction",
+                                 metadata=client.V1ObjectMeta(name=eviction.pod, namespace=eviction.namespace))
         try:
             core.create_namespaced_pod_eviction(eviction.pod, eviction.namespace, body)
         except ApiException as error:

@@ -26,8 +26,10 @@ class DeschedulerMetrics:
         for mode in ("evicted", "would-evict", "failed"):
             self.evictions.labels(mode)
 
-    def serve(self, port: int) -> None:
-        start_http_server(port, registry=self.registry)
+    def serve(self, port: int) -> int:
+        """Serve /metrics on `port` (0: any free port); returns the port listened on."""
+        server, _thread = start_http_server(port, registry=self.registry)
+        return server.server_port
 
     def observe(self, summary: RunSummary) -> None:
         self.runs.labels("ok").inc()

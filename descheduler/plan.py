@@ -60,6 +60,10 @@ class Plan:
     notes: tuple[str, ...]
 
 
+MAX_NOT_SUSTAINED_NOTES = 5
+"""Nodes hot now but not sustained-hot named in the notes; the rest are counted."""
+
+
 def sustained_hot(name: str, stats: WindowStats | None, policy: DeschedulerPolicy) -> str | None:
     """Why the node counts as sustained-hot, or None."""
     if stats is None or stats.coverage < policy.min_window_coverage:
@@ -68,6 +72,18 @@ def sustained_hot(name: str, stats: WindowStats | None, policy: DeschedulerPolic
         return (f"GPU util {stats.mean:.0f}% mean, {stats.low:.0f}% low over {policy.window_seconds / 60:.0f} min "
                 f"≥ {policy.sustained_util_percent:g}%")
     return None
+
+
+def not_sustained(stats: WindowStats | None, policy: DeschedulerPolicy) -> str:
+    """Why a node hot now is not sustained-hot: too little history, or a window below the bars."""
+    minutes = policy.window_seconds / 60
+    if stats is None:
+        return f"no utilisation history yet (the window needs {policy.min_window_coverage:.0%} of {minutes:.0f} min)"
+    if stats.coverage < policy.min_window_coverage:
+        return (f"{stats.coverage * minutes:.1f} of {minutes:.0f} min of history, and the window needs "
+                f"{policy.min_window_coverage:.0%} ({policy.min_window_coverage * minutes:.0f} min)")
+    return (f"GPU util {stats.mean:.0f}% mean, {stats.low:.0f}% low over {minutes:.0f} min; sustained needs "
+            f"≥ {policy.sustained_util_percent:g}% mean and ≥ {policy.low_quantile_util_percent:g}% low")
 
 
 def sustained_slow_serving(replicas: tuple[ServingReplica, ...], stats: Mapping[tuple[str, str], SustainedServing],
@@ -155,8 +171,13 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
     notes: list[str] = []
     if not sources:
         notes.append("no node has been hot over the whole window")
-    free = cluster.free()
     source_names = {name for name, _ in sources}
+    hot_now = sorted(name for name, n in heat.items() if n.tier is Tier.HOT and name not in source_names)
+    notes += [f"{name} is hot now but not sustained-hot: {not_sustained(window.get(name), policy)}"
+              for name in hot_now[:MAX_NOT_SUSTAINED_NOTES]]
+    if len(hot_now) > MAX_NOT_SUSTAINED_NOTES:
+        notes.append(f"{len(hot_now) - MAX_NOT_SUSTAINED_NOTES} more node(s) hot now but not sustained-hot")
+    free = cluster.free()
     spare: dict[str, Counter] = {}
     for name, n in heat.items():
         if (n.tier <= Tier.WARM and n.gpu_util < policy.target_util_percent and name not in source_names

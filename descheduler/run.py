@@ -112,7 +112,7 @@ def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: C
 
 def report_as_table(report: Report) -> str:
     data = report.as_dict()
-    lines = [f"{'DRY RUN: ' if report.dry_run else ''}hot nodes: {', '.join(data['hot_nodes']) or 'none'}"]
+    lines = [f"{'DRY RUN: ' if report.dry_run else ''}sustained-hot nodes: {', '.join(data['hot_nodes']) or 'none'}"]
     key, title = ("would_evict", "would evict") if report.dry_run else ("evictions", "evictions")
     lines.append(f"{title} ({len(data[key])}):" if data[key] else f"{title}: none")
     lines += [f"  {e['namespace']}/{e['pod']} from {e['node']}: {e['reason']}" for e in data[key]]

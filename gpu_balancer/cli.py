@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from scoring.heat import fleet_heat
 from scoring.policy import DEFAULT_SERVERS, BalancerPolicy, PolicyError, default_policy, parse_policy, yaml_problem
 from scoring.prometheus import TelemetryError, connect, read_snapshot, utilisation_selector
+from sim.scenario import BUILT_IN
 
 
 class UsageError(Exception):
@@ -25,13 +26,14 @@ class UsageError(Exception):
 
 
 def port_number(text: str) -> int:
-    """An argparse type: a TCP port, 1 to 65535 (a fixed port: Services and probes name it)."""
+    """An argparse type: a TCP port, 0 to 65535; 0 asks the system for any free port, and the
+    command prints the one it got (Services and probes name a fixed one)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port number (1–65535)")
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0–65535; 0: any free port)")
     return value
 
 
@@ -162,6 +164,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from gpu_balancer.status_view import heat_as_json, heat_as_table
 
     policy = load_policy(args.config, args.prometheus_url)
+    if args.kubeconfig:
+        _check_kubeconfig(args.kubeconfig)
     snapshot = read_snapshot(connect(policy.prometheus), policy)
     if not snapshot.nodes and not snapshot.vanished_nodes:
         looked_for = utilisation_selector(policy.prometheus.selector_matchers)
@@ -202,7 +206,9 @@ def cmd_recording_rules(args: argparse.Namespace) -> int:
                  "metadata": {"name": "gpu-balancer-recording"}, "spec": rules}
     elif args.format == "mimir":  # `mimirtool rules load` wants the groups under a namespace
         rules = {"namespace": "gpu-balancer", **rules}
+    telemetry = policy.telemetry
     print("# gpu-balancer recording rules, generated from the policy (`gpu-balancer recording-rules`)")
+    print(f"# snapshot group every {telemetry.recording_interval:g} s ({telemetry.recording_interval_origin})")
     print(yaml.safe_dump(rules, sort_keys=False, width=1000), end="")
     return 0
 
@@ -213,6 +219,8 @@ def _descheduler_last_run(args: argparse.Namespace, policy: BalancerPolicy):
     telemetry, and says on stderr why the summary is missing."""
     if not (args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST") or os.environ.get("KUBECONFIG")):
         return None
+    if args.kubeconfig:  # named on the command line: a file that cannot be used is bad input
+        _check_kubeconfig(args.kubeconfig)
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
@@ -343,6 +351,9 @@ def kubernetes_api(kubeconfig: str | None):
     """An ApiClient from --kubeconfig, else the in-cluster service account, else ~/.kube/config."""
     from kubernetes import client, config
 
+    if kubeconfig:
+        _check_kubeconfig(kubeconfig)
+    where = f"kubeconfig {kubeconfig}" if kubeconfig else "no Kubernetes configuration"
     try:
         if kubeconfig:
             config.load_kube_config(config_file=kubeconfig)
@@ -352,11 +363,23 @@ def kubernetes_api(kubeconfig: str | None):
             except config.ConfigException:
                 config.load_kube_config()
     except (config.ConfigException, OSError) as error:
-        raise UsageError(f"no Kubernetes configuration: {error}") from None
+        raise UsageError(f"{where}: {error}") from None
     except Exception as error:  # noqa: BLE001 - the loader fails on malformed files in many ways
-        where = kubeconfig or "the default kubeconfig"
-        raise UsageError(f"{where} is not a usable kubeconfig ({type(error).__name__}: {error})") from None
+        raise UsageError(f"{where} is not usable ({type(error).__name__}: {error})".replace("\n", " ")) from None
     return client.ApiClient()
+
+
+def _check_kubeconfig(path: str) -> None:
+    """Name the file and what is wrong with it in one line, before the client's loader sees it."""
+    import yaml
+
+    try:
+        document = yaml.safe_load(read_text(path, "kubeconfig"))
+    except yaml.YAMLError as error:
+        raise UsageError(f"kubeconfig {path} is not valid YAML: {yaml_problem(error)}") from None
+    if not isinstance(document, dict) or not document.get("clusters") or not document.get("contexts"):
+        raise UsageError(f"kubeconfig {path} is not a kubeconfig: it needs clusters, contexts and users "
+                         "(`kubectl config view --raw` shows a working one)")
 
 
 def cmd_certs_ensure(args: argparse.Namespace) -> int:
@@ -436,10 +459,10 @@ def _deschedule_every(args, policy, fixed_cluster, core, events) -> int:
 
     metrics = DeschedulerMetrics()
     try:
-        metrics.serve(args.metrics_port)
+        port = metrics.serve(args.metrics_port)
     except OSError as error:
         raise UsageError(f"cannot listen on :{args.metrics_port} for /metrics: {error.strerror}") from None
-    print(f"gpu-balancer deschedule: a run every {args.every:g}s; metrics on :{args.metrics_port}/metrics",
+    print(f"gpu-balancer deschedule: a run every {args.every:g}s; metrics on :{port}/metrics",
           file=sys.stderr, flush=True)
     while True:
         started = time.monotonic()
@@ -584,7 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--nodes", type=count(1, 20000), default=8)
     fake.add_argument("--gpus", type=count(1, 16), default=8, help="GPUs per node")
     fake.add_argument("--profile", default="skewed", help="skewed, uniform, idle or failing")
-    fake.add_argument("--seed", type=int, default=1)
+    fake.add_argument("--seed", type=count(0, 2**32 - 1), default=1)
     fake.add_argument("--hostname-label", choices=("Hostname", "hostname"), default="Hostname",
                       help="Hostname (released dcgm-exporter) or hostname (newer main branch)")
     fake.add_argument("--profiling", action="store_true", help="also serve DCGM_FI_PROF_GR_ENGINE_ACTIVE")
@@ -598,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
     served.add_argument("--replicas", type=count(1, 100000), default=16)
     served.add_argument("--slow", type=count(0, 100000), default=2, help="how many replicas queue (miss targets)")
     served.add_argument("--nodes", type=count(1, 20000), default=8, help="spread over fake-dcgm's node names")
-    served.add_argument("--seed", type=int, default=1)
+    served.add_argument("--seed", type=count(0, 2**32 - 1), default=1)
     served.add_argument("--host", default="127.0.0.1")
     served.add_argument("--port", type=port_number, default=8000)
     served.set_defaults(handler=cmd_fake_serving)
@@ -653,11 +676,10 @@ def build_parser() -> argparse.ArgumentParser:
     desched.set_defaults(handler=cmd_deschedule)
 
     simulate = commands.add_parser("simulate", help="compare placement policies on a simulated GPU cluster")
-    simulate.add_argument("--scenario", help="built-in scenario: skewed-inference, burst, training-mix, node-failure, "
-                                             "mixed-pools")
+    simulate.add_argument("--scenario", help=f"built-in scenario: {', '.join(BUILT_IN)}")
     simulate.add_argument("--scenario-file", help="YAML scenario (see README)")
     seed = simulate.add_mutually_exclusive_group()
-    seed.add_argument("--seed", type=int, default=11)
+    seed.add_argument("--seed", type=count(0, 2**32 - 1), default=11)
     seed.add_argument("--seeds", metavar="A-B|N", help="run every seed A..B (or 1..N) and report mean and range")
     simulate.add_argument("--output", choices=("table", "json"), default="table")
     simulate.add_argument("--report", help="directory for report.html (pictures inlined), the PNGs and summary.md")
@@ -675,7 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "descheduler dry-run, policy comparison")
     demo.add_argument("--nodes", type=count(1, 2000), default=16)
     demo.add_argument("--gpus", type=count(1, 16), default=8, help="GPUs per node")
-    demo.add_argument("--seed", type=int, default=11)
+    demo.add_argument("--seed", type=count(0, 2**32 - 1), default=11)
     demo.add_argument("--report-dir", default="reports/demo", help="where the comparison report is written")
     demo.set_defaults(handler=cmd_demo)
     _show_defaults(parser)

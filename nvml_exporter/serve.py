@@ -27,7 +27,7 @@ def run(nvml: ModuleType, *, node: str, port: int, interval: float, host: str = 
     registry.register(collector)
     collector.samples = read_gpus(nvml, node, xids).samples
     server, _thread = start_http_server(port, addr=host, registry=registry)
-    log.info("serving %d GPU series on %s:%d", len(collector.samples), host, port)
+    log.info("serving %d GPU series on %s:%d", len(collector.samples), host, server.server_port)
     stop = stop or threading.Event()
     try:
         while not stop.wait(interval):

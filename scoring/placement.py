@@ -11,7 +11,7 @@ costs O(K log n) however many nodes have pending load.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from scoring.heat import FleetHeat, NodeHeat, Tier
@@ -102,18 +102,24 @@ def index_fleet(fleet: FleetHeat, topology: Mapping[str, tuple[tuple[str, str], 
 
 
 def advise_group(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Mapping[str, int],
-                 policy: PlacementPolicy, chosen_before: tuple[str, str] | None = None) -> NodeAdvice:
+                 policy: PlacementPolicy, chosen_before: tuple[str, str] | None = None,
+                 fits: Callable[[str], int] | None = None) -> NodeAdvice:
     """For a member of a distributed job: prefer the nodes of the one domain (NVLink clique, else
-    network block, else zone) with the most free GPUs not yet promised, so that the job's pod
-    affinity finds room to pack. The domain `chosen_before` for the same job is kept for every
+    network block, else zone) with the coolest room — free GPUs not yet promised, each weighted by
+    its node's headroom — so that the job's pod affinity finds room to pack, next to as little
+    serving load as it can: the job keeps its GPUs busy for hours, and its node's other tenants
+    feel it. The domain `chosen_before` for the same job is kept for every
     later worker, even when telemetry shows it full: that telemetry is older than the room the
     job's own scheduling sees, and switching domains would split the job for certain, while
     staying only risks the scheduler finding no room there. No domain known: no per-node
-    preference at all."""
+    preference at all. `fits` (from the cluster view, where there is one) says how many more
+    such pods a node has room for: telemetry cannot see devices a DRA claim holds. Only nodes
+    with room for the pod are preferred."""
     if index.stale:
         return NO_ADVICE
     need = max(1, gpus_requested)
     room: dict[tuple[str, str], int] = {}
+    cool_room: dict[tuple[str, str], float] = {}
     members: dict[tuple[str, str], list[tuple[bool, float, int, str]]] = {}
     for base, free, name in index.ranked:
         labels = index.topology.get(name, ())
@@ -121,21 +127,24 @@ def advise_group(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Ma
             continue
         domain = labels[0]  # the tightest domain this node's labels name
         unpromised = free - pending_gpus.get(name, 0)
-        fits = unpromised >= need
-        room[domain] = room.get(domain, 0) + (unpromised // need * need if fits else 0)
-        members.setdefault(domain, []).append(
-            (fits, headroom(base, free, pending_gpus.get(name, 0)) if fits else 0.0, max(0, unpromised), name))
+        slots = max(0, unpromised // need)
+        if slots and fits is not None:  # the view's room, asked only where telemetry shows some
+            slots = max(0, min(slots, fits(name)))
+        score = headroom(base, free, pending_gpus.get(name, 0)) if slots else 0.0
+        room[domain] = room.get(domain, 0) + slots * need
+        cool_room[domain] = cool_room.get(domain, 0.0) + slots * score
+        members.setdefault(domain, []).append((slots > 0, score, max(0, unpromised), name))
     hard, _ = _hard_avoidance(index, need=need, promised=sum(pending_gpus.values()), policy=policy)
     if chosen_before in members:
         domain, why = chosen_before, "kept for the job"
     elif any(room.values()):
-        domain = max(room, key=lambda d: (room[d], d))
+        domain = max(room, key=lambda d: (cool_room[d], room[d], d))
         why = f"has room ({room[domain]} GPUs)"
     else:
         why_none = f"no domain has room for {need} GPU(s)" if members else "no topology known"
         return NodeAdvice((), index.avoided, hard, f"distributed job: {why_none}, packed by pod affinity")
-    best = sorted(members[domain], reverse=True)[:policy.max_preferred_nodes]
-    top = max(best[0][1], 1e-9)
+    best = [member for member in sorted(members[domain], reverse=True) if member[0]][:policy.max_preferred_nodes]
+    top = max(best[0][1], 1e-9) if best else 1.0
     preferred = tuple(NodePreference(name, max(1, round(100 * score / top))) for _, score, _, name in best)
     return NodeAdvice(preferred, index.avoided, hard, f"distributed job: {domain[0]}={domain[1]} {why}", domain)
 

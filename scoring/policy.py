@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,9 @@ DEFAULT_CRITICAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95)
 """XIDs that mean the GPU needs a reset or is failing: double-bit ECC (48), row-remap events
 (63, 64), NVLink errors (74), fallen off the bus (79), high single-bit ECC rate (92), contained
 and uncontained ECC errors (94, 95)."""
+
+MAX_DERIVED_RECORDING_INTERVAL = 30
+"""Seconds: dcgm-exporter's default collect interval; evaluating more often recomputes the same figures."""
 
 _MATCHER = re.compile(r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
 
@@ -85,11 +89,29 @@ class TelemetryPolicy:
     """How often a refreshing process (the webhook) re-runs the look-back for vanished GPUs,
     reusing the last answer in between. It is the costliest query at fleet scale, and reuse
     delays no vanish: a GPU in the reused answer was seen, so its silence shows at once."""
-    recording_interval_seconds: float = 30.0
+    recording_interval_seconds: float | None = None
     """How often the recording rules' snapshot group evaluates (`gpu-balancer recording-rules`).
-    dcgm-exporter collects every 30 s by default, so evaluating more often recomputes the same
-    figures; at 15,000 nodes one evaluation costs Prometheus 8–16 s of a core (`BENCHMARKS.md`).
-    Shorten it only where the exporter collects more often."""
+    Unset (the default): a quarter of `stalenessLimitSeconds` in whole seconds, at least 1 and at
+    most 30 — 30 s at the default limit, so a record is never older than the limit allows even
+    with two evaluations missed. dcgm-exporter collects every 30 s by default, so evaluating more
+    often recomputes the same figures; at 15,000 nodes one evaluation costs Prometheus 8–16 s of a
+    core (`BENCHMARKS.md`). Set it only where the exporter collects more often."""
+
+    @property
+    def recording_interval(self) -> float:
+        """The snapshot group's interval in seconds: the one set, else the one derived."""
+        if self.recording_interval_seconds is not None:
+            return self.recording_interval_seconds
+        return float(min(MAX_DERIVED_RECORDING_INTERVAL, max(1, int(self.staleness_limit_seconds // 4))))
+
+    @property
+    def recording_interval_origin(self) -> str:
+        """Where `recording_interval` came from, in words, for the generated rules and `status`."""
+        if self.recording_interval_seconds is not None:
+            return "telemetry.recordingIntervalSeconds"
+        return (f"derived: a quarter of stalenessLimitSeconds ({self.staleness_limit_seconds:g} s), "
+                f"1 to {MAX_DERIVED_RECORDING_INTERVAL} s")
+
     use_profiling_metrics: bool = True
     """Prefer DCGM_FI_PROF_GR_ENGINE_ACTIVE over DCGM_FI_DEV_GPU_UTIL where present: GPU_UTIL
     counts any kernel running as 100 %, GR_ENGINE_ACTIVE measures the busy share."""
@@ -326,10 +348,14 @@ def parse_policy(text: str) -> BalancerPolicy:
 def validate_policy(policy: BalancerPolicy) -> None:
     """Cross-field rules that types alone cannot express."""
     heat, telemetry, prom = policy.heat, policy.telemetry, policy.prometheus
-    _require(0 <= heat.warm_util_percent < heat.hot_util_percent <= 100,
-             "heat.warmUtilPercent", "must satisfy 0 <= warmUtilPercent < hotUtilPercent <= 100")
-    _require(0 < heat.warm_memory_fraction < heat.hot_memory_fraction <= 1,
-             "heat.warmMemoryFraction", "must satisfy 0 < warmMemoryFraction < hotMemoryFraction <= 1")
+    _between(heat.warm_util_percent, 0, 100, "heat.warmUtilPercent")
+    _between(heat.hot_util_percent, 0, 100, "heat.hotUtilPercent")
+    _require(heat.warm_util_percent < heat.hot_util_percent,
+             "heat.warmUtilPercent", f"must be below hotUtilPercent ({heat.hot_util_percent:g})")
+    _between(heat.warm_memory_fraction, 0, 1, "heat.warmMemoryFraction")
+    _between(heat.hot_memory_fraction, 0, 1, "heat.hotMemoryFraction")
+    _require(heat.warm_memory_fraction < heat.hot_memory_fraction,
+             "heat.warmMemoryFraction", f"must be below hotMemoryFraction ({heat.hot_memory_fraction:g})")
     _require(0 < heat.hot_temperature_c < 150, "heat.hotTemperatureC", "must be between 0 and 150 °C")
     _require(all(x > 0 for x in heat.critical_xids), "heat.criticalXids", "XID codes are positive")
     _require(telemetry.refresh_seconds > 0, "telemetry.refreshSeconds", "must be positive")
@@ -338,9 +364,11 @@ def validate_policy(policy: BalancerPolicy) -> None:
     _require(telemetry.vanish_lookback_seconds > 0, "telemetry.vanishLookbackSeconds", "must be positive")
     _require(0 < telemetry.vanish_check_seconds <= telemetry.vanish_lookback_seconds,
              "telemetry.vanishCheckSeconds", "must be positive and at most vanishLookbackSeconds")
-    _require(1 <= telemetry.recording_interval_seconds < telemetry.staleness_limit_seconds
-             and telemetry.recording_interval_seconds == int(telemetry.recording_interval_seconds),
-             "telemetry.recordingIntervalSeconds", "must be whole seconds, at least 1 and below stalenessLimitSeconds")
+    interval = telemetry.recording_interval_seconds
+    _require(interval is None or (1 <= interval < telemetry.staleness_limit_seconds and interval == int(interval)),
+             "telemetry.recordingIntervalSeconds",
+             f"must be whole seconds, at least 1 and below stalenessLimitSeconds "
+             f"({telemetry.staleness_limit_seconds:g}), or left out to derive it from that limit; got {interval}")
     _require(re.fullmatch(r"auto|[A-Za-z_][A-Za-z0-9_]*", telemetry.node_label) is not None,
              "telemetry.nodeLabel", "must be 'auto' or a Prometheus label name")
     _require(prom.url.startswith(("http://", "https://")), "prometheus.url", "must start with http:// or https://")
@@ -404,6 +432,10 @@ def _validate_serving(serving: ServingPolicy, warm_fraction: float) -> None:
         _require(not target.server or target.server in names, f"{where}.server", f"no server named {target.server!r}")
 
 
+def _between(value: float, low: float, high: float, path: str) -> None:
+    _require(low <= value <= high, path, f"must be between {low:g} and {high:g}, got {value:g}")
+
+
 def _require(condition: bool, path: str, message: str) -> None:
     if not condition:
         raise PolicyError(f"{path}: {message}")
@@ -430,6 +462,9 @@ def decode_fields(kind: Any, value: Any, path: str) -> Any:
                   for key, f in by_key.items() if key in value}
         return kind(**kwargs)
     origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):  # `X | None`: null or left out means unset
+        (present,) = (arg for arg in typing.get_args(kind) if arg is not type(None))
+        return None if value is None else decode_fields(present, value, path)
     if origin is tuple:
         (item_kind, _ellipsis) = typing.get_args(kind)
         if not isinstance(value, list):

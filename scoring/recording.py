@@ -100,7 +100,7 @@ def recording_rules(policy: BalancerPolicy, topology_keys: Sequence[str]) -> dic
                 for name in names]
 
     return {"groups": [
-        {"name": SNAPSHOT_GROUP, "interval": f"{int(policy.telemetry.recording_interval_seconds)}s",
+        {"name": SNAPSHOT_GROUP, "interval": f"{int(policy.telemetry.recording_interval)}s",
          "rules": rules([name for name in snapshot if name not in LOOKBACK])},
         # The look-back scans ten minutes of every GPU's samples, the dearest rule by far; readers
         # use it only once a vanish check.

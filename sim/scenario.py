@@ -175,65 +175,81 @@ BUILT_IN = {
 
 def load_scenario(text: str) -> Scenario:
     try:
-        document = yaml.safe_load(text) or {}
+        document = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise PolicyError(f"scenario is not valid YAML: {yaml_problem(error)}") from None
+    if document is None:
+        raise PolicyError("scenario is empty: give at least its name (every other field has a default, "
+                          "see README, \"Simulating your fleet\")")
+    if not isinstance(document, dict):
+        raise PolicyError(f"scenario must be a YAML mapping of fields, got a {type(document).__name__}")
     scenario = decode_fields(Scenario, document, path="")
     names = [p.name for p in scenario.fleet.pool_shapes()]
     if len(set(names)) != len(names):
         raise PolicyError("fleet.pools: pool names must be unique")
-    for i, pool in enumerate(scenario.fleet.pools):
-        for path, ok in (("nodes", 1 <= pool.nodes <= 2000), ("gpusPerNode", 1 <= pool.gpus_per_node <= 16),
-                         ("instancesPerGpu", 1 <= pool.instances_per_gpu <= 7),
-                         ("nodesPerClique", pool.nodes_per_clique >= 1)):
-            if not ok:
-                raise PolicyError(f"fleet.pools[{i}].{path}: out of range")
     for i, share in enumerate(scenario.inference.pool_shares):
         if share.pool not in names:
             raise PolicyError(f"inference.poolShares[{i}].pool: no pool named {share.pool!r}")
-        if not 0 <= share.share <= 1:
-            raise PolicyError(f"inference.poolShares[{i}].share: out of range (0–1)")
     if sum(s.share for s in scenario.inference.pool_shares) > 1 + 1e-9:
         raise PolicyError("inference.poolShares: shares add up to more than 1")
-    for path, ok in (("hours", 0 < scenario.hours <= 24 * 7), ("tickSeconds", 5 <= scenario.tick_seconds <= 600),
-                     ("fleet.nodes", 1 <= scenario.fleet.nodes <= 2000),
-                     ("fleet.gpusPerNode", 1 <= scenario.fleet.gpus_per_node <= 16),
-                     ("inference.services", 0 <= scenario.inference.services <= 2000),
-                     ("inference.paretoAlpha", scenario.inference.pareto_alpha > 1.0),
-                     ("inference.targetUtil", 0 < scenario.inference.target_util <= 1),
-                     *_more_ranges(scenario)):
+    for path, ok, allowed in _ranges(scenario):
         if not ok:
-            raise PolicyError(f"{path}: out of range")
+            raise PolicyError(f"{path}: out of range (allowed: {allowed})")
     return scenario
 
 
-def _more_ranges(scenario: Scenario) -> list[tuple[str, bool]]:
+def _ranges(scenario: Scenario) -> list[tuple[str, bool, str]]:
+    """(field, whether its value is allowed, what is allowed) for every bounded field."""
     f, inf, tr, ev = scenario.fleet, scenario.inference, scenario.training, scenario.events
     total_nodes = sum(p.nodes for p in f.pool_shapes())
-    return [
-        ("telemetryLagSeconds", 0 <= scenario.telemetry_lag_seconds <= 3600),
-        ("deschedulerEveryTicks", scenario.descheduler_every_ticks >= 1),
-        ("fleet.cpuPerNode", f.cpu_per_node >= 1), ("fleet.memoryGibPerNode", f.memory_gib_per_node >= 1),
-        ("fleet.zones", f.zones >= 1), ("fleet.nodesPerClique", f.nodes_per_clique >= 1),
-        ("inference.meanDemandFraction", 0 <= inf.mean_demand_fraction <= 1),
-        ("inference.maxReplicaUtil", 0 < inf.max_replica_util <= 1),
-        ("inference.diurnalAmplitude", 0 <= inf.diurnal_amplitude < 1),
-        ("inference.burstsPerHour", inf.bursts_per_hour >= 0),
-        ("inference.rolloutsPerServicePerDay", inf.rollouts_per_service_per_day >= 0),
-        ("inference.autoscaleEveryTicks", inf.autoscale_every_ticks >= 1),
-        ("inference.latencySensitiveShare", 0 <= inf.latency_sensitive_share <= 0.5),
-        ("inference.sensitiveServiceTimeMs", 1 <= inf.sensitive_service_time_ms <= 10_000),
-        ("inference.sensitiveContention", 1 <= inf.sensitive_contention <= 10),
-        ("inference.twinHostLoad", 0 <= inf.twin_host_load <= 10),
-        ("inference.claims (device-plugin or dra)", inf.claims in ("device-plugin", "dra")),
-        ("training.jobsPerHour", tr.jobs_per_hour >= 0),
-        ("training.workers", bool(tr.workers) and all(1 <= w <= total_nodes * 16 for w in tr.workers)),
-        ("training.gpusPerWorker", 1 <= tr.gpus_per_worker <= 16),
-        ("training.durationHours", bool(tr.duration_hours) and all(h > 0 for h in tr.duration_hours)),
-        ("events.burstPods", 0 <= ev.burst_pods <= 100_000),
-        ("events.failedNodes", 0 <= ev.failed_nodes <= total_nodes),
-        ("events.failureDurationHours", ev.failure_duration_hours > 0),
+
+    def within(path: str, value: float, low: float, high: float, *, open_low: bool = False,
+               open_high: bool = False) -> tuple[str, bool, str]:
+        ok = (low < value if open_low else low <= value) and (value < high if open_high else value <= high)
+        return path, ok, f"{'more than ' if open_low else ''}{low:g} to {high:g}{' (exclusive)' if open_high else ''}"
+
+    def at_least(path: str, value: float, low: float, *, strictly: bool = False) -> tuple[str, bool, str]:
+        return path, value > low if strictly else value >= low, f"{'more than' if strictly else 'at least'} {low:g}"
+
+    checks = [
+        within("hours", scenario.hours, 0, 24 * 7, open_low=True), within("tickSeconds", scenario.tick_seconds, 5, 600),
+        within("telemetryLagSeconds", scenario.telemetry_lag_seconds, 0, 3600),
+        at_least("deschedulerEveryTicks", scenario.descheduler_every_ticks, 1),
+        at_least("webhookReplicas", scenario.webhook_replicas, 1), at_least("bindDelaySeconds", scenario.bind_delay_seconds, 0),
+        within("fleet.nodes", f.nodes, 1, 2000), within("fleet.gpusPerNode", f.gpus_per_node, 1, 16),
+        at_least("fleet.cpuPerNode", f.cpu_per_node, 1), at_least("fleet.memoryGibPerNode", f.memory_gib_per_node, 1),
+        at_least("fleet.zones", f.zones, 1), at_least("fleet.nodesPerClique", f.nodes_per_clique, 1),
+        within("inference.services", inf.services, 0, 2000),
+        within("inference.meanDemandFraction", inf.mean_demand_fraction, 0, 1),
+        at_least("inference.paretoAlpha", inf.pareto_alpha, 1.0, strictly=True),
+        within("inference.targetUtil", inf.target_util, 0, 1, open_low=True),
+        within("inference.maxReplicaUtil", inf.max_replica_util, 0, 1, open_low=True),
+        within("inference.diurnalAmplitude", inf.diurnal_amplitude, 0, 1, open_high=True),
+        at_least("inference.burstsPerHour", inf.bursts_per_hour, 0),
+        at_least("inference.rolloutsPerServicePerDay", inf.rollouts_per_service_per_day, 0),
+        at_least("inference.autoscaleEveryTicks", inf.autoscale_every_ticks, 1),
+        within("inference.latencySensitiveShare", inf.latency_sensitive_share, 0, 0.5),
+        within("inference.sensitiveServiceTimeMs", inf.sensitive_service_time_ms, 1, 10_000),
+        within("inference.sensitiveContention", inf.sensitive_contention, 1, 10),
+        within("inference.twinHostLoad", inf.twin_host_load, 0, 10),
+        ("inference.claims", inf.claims in ("device-plugin", "dra"), "device-plugin or dra"),
+        at_least("training.jobsPerHour", tr.jobs_per_hour, 0),
+        ("training.workers", bool(tr.workers) and all(1 <= w <= total_nodes * 16 for w in tr.workers),
+         f"a non-empty list of 1 to {total_nodes * 16}"),
+        within("training.gpusPerWorker", tr.gpus_per_worker, 1, 16),
+        ("training.durationHours", bool(tr.duration_hours) and all(h > 0 for h in tr.duration_hours),
+         "a non-empty list of hours, each more than 0"),
+        within("events.burstPods", ev.burst_pods, 0, 100_000), within("events.failedNodes", ev.failed_nodes, 0, total_nodes),
+        at_least("events.failureDurationHours", ev.failure_duration_hours, 0, strictly=True),
     ]
+    for i, pool in enumerate(f.pools):
+        checks += [within(f"fleet.pools[{i}].nodes", pool.nodes, 1, 2000),
+                   within(f"fleet.pools[{i}].gpusPerNode", pool.gpus_per_node, 1, 16),
+                   within(f"fleet.pools[{i}].instancesPerGpu", pool.instances_per_gpu, 1, 7),
+                   at_least(f"fleet.pools[{i}].nodesPerClique", pool.nodes_per_clique, 1)]
+    checks += [within(f"inference.poolShares[{i}].share", share.share, 0, 1)
+               for i, share in enumerate(inf.pool_shares)]
+    return checks
 
 
 def named(name: str) -> Scenario:

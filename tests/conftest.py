@@ -24,13 +24,20 @@ from sim.fleet import FleetSpec, generate_fleet
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _require_prometheus() -> None:
-    if shutil.which("prometheus"):
-        return
-    message = "prometheus is not installed (Debian package `prometheus`); `make test` installs it as root"
+def require_tool(*names: str, why: str) -> str:
+    """The path of the first of `names` on PATH. Missing, the test is skipped on a developer's
+    machine and fails under `CI=true`, where `make test` was to install it."""
+    for name in names:
+        if path := shutil.which(name):
+            return path
+    message = f"{names[0]} is not installed ({why})"
     if os.environ.get("CI") == "true":
-        pytest.fail(message + " — under CI a missing Prometheus is a failure")
+        pytest.fail(message + " — under CI a missing tool is a failure, not a skip")
     pytest.skip(message)
+
+
+def _require_prometheus() -> None:
+    require_tool("prometheus", why="Debian package `prometheus`; `make test` installs it as root")
 
 
 @pytest.fixture

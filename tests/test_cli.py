@@ -65,7 +65,7 @@ def test_a_bad_policy_file_exits_2_naming_the_field(tmp_path, capsys):
     bad.write_text("apiVersion: gpu-balancer.io/v1alpha1\nkind: BalancerPolicy\nheat: {hotUtilPercent: 200}\n")
     assert main(["status", "--config", str(bad)]) == 2
     error = capsys.readouterr().err
-    assert str(bad) in error and "heat.warmUtilPercent" in error
+    assert str(bad) in error and "heat.hotUtilPercent: must be between 0 and 100, got 200" in error
 
 
 def test_a_missing_policy_file_exits_2(tmp_path, capsys):

@@ -52,7 +52,7 @@ def run(argv: list[str]) -> tuple[int, str]:
     return code, out.getvalue() + err.getvalue()
 
 
-BAD_PORTS = st.one_of(st.integers(-100_000, 0), st.integers(65_536, 10**9), st.sampled_from(["http", "8o80", ""]))
+BAD_PORTS = st.one_of(st.integers(-100_000, -1), st.integers(65_536, 10**9), st.sampled_from(["http", "8o80", ""]))
 BAD_COUNTS = st.one_of(st.integers(-10, 0), st.integers(100_001, 10**12), st.sampled_from(["many", "1.5", ""]))
 BAD_DNS = st.sampled_from(["Bad_Name", "-lead", "trail-", "a" * 64, "has space", "dots.in.label", ""])
 BAD_DNS_NAMES = st.sampled_from(["Bad_Name.example", "-lead.x", "trail-.x", "a" * 64 + ".com", "has space", "x..y",
@@ -73,8 +73,7 @@ def commands(files: dict[str, str], closed: str) -> st.SearchStrategy[list[str]]
         st.builds(lambda p, q: ["explain", "--cluster-file", p, "--pod", q], f, f),
         st.just(["explain", "--cluster-file", files["ok-cluster"], "--pod", files["odd-pod"]]),
         st.just(["simulate", "--scenario-file", files["bad-scenario"]]),
-        # (an empty scenario file is valid: every default)
-        st.builds(lambda p: ["simulate", "--scenario-file", p], f.filter(lambda p: not p.endswith("empty"))),
+        st.builds(lambda p: ["simulate", "--scenario-file", p], f),
         st.builds(lambda s: ["simulate", "--scenario", s], st.text(max_size=12)),
         st.builds(lambda n: ["demo", "--nodes", str(n)], BAD_COUNTS),
         st.builds(lambda n: ["demo", "--gpus", str(n)], BAD_COUNTS),
@@ -124,3 +123,42 @@ def test_help_shows_every_default():
                           (["fake-dcgm", "--help"], "default: 9400"), (["simulate", "--help"], "default: 11")):
         code, output = run(argv)
         assert code == 0 and default in output, (argv, output)
+
+
+@pytest.mark.parametrize("kind", ["missing", "bad-yaml", "kubeconfig", "binary", "empty"])
+def test_a_kubeconfig_that_cannot_be_used_is_named_with_what_is_wrong(files, kind, tmp_path):
+    # deschedule, certs ensure and status (which only wants the descheduler's last run from it)
+    # all refuse it with exit status 2, before any other work.
+    path = files[kind]
+    for argv in (["deschedule", "--kubeconfig", path], ["status", "--kubeconfig", path],
+                 ["certs", "ensure", "--namespace", "a", "--service", "b", "--secret", "c",
+                  "--webhook-config", "d", "--kubeconfig", path]):
+        code, output = run(argv)
+        assert code == 2, (argv, output)
+        line = output.strip().splitlines()[-1]
+        assert path in line and "Traceback" not in output, (argv, output)
+        assert "\n" not in line and len(line) < 300, line
+
+
+@pytest.mark.parametrize("command", ["fake-dcgm", "simulate", "demo"])
+def test_a_negative_seed_is_refused_as_seeds_refuses_it(command):
+    code, output = run([command, "--seed", "-1"])
+    assert code == 2 and "out of range" in output, output
+
+
+def test_port_zero_means_any_free_port_and_the_server_says_which():
+    import subprocess
+    import sys
+    import urllib.request
+
+    server = subprocess.Popen([sys.executable, "-m", "gpu_balancer", "fake-dcgm", "--nodes", "1", "--port", "0"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        port = int(line.rsplit(":", 1)[1].split("/")[0])
+        assert port > 0, line
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            assert b"DCGM_FI_DEV_GPU_UTIL" in answer.read()
+    finally:
+        server.terminate()
+        server.wait()

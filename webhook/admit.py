@@ -74,7 +74,8 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
         group_key = f"{request.namespace}/{group[0]}={group[1]}"
         advice = advise_group(ledger.feasible_index(index, constraints), gpus_requested=needs.whole_gpus,
                               pending_gpus=ledger.pending(telemetry_time), policy=policy,
-                              chosen_before=ledger.group_domain(group_key, telemetry_time))
+                              chosen_before=ledger.group_domain(group_key, telemetry_time),
+                              fits=ledger.fits(constraints.units if constraints is not None else ()))
         if advice.domain is not None and not request.dry_run:
             ledger.remember_group(group_key, advice.domain, now)
     else:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
+
+from tests.conftest import require_tool
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 COMPONENTS = ["cert-manager", "servicemonitor", "nvml-exporter"]
@@ -20,10 +21,7 @@ VERSIONS = ["1.30.0", "1.31.0", kubernetes_validate.latest_version()]
 
 
 def kustomize(path: Path) -> list[dict]:
-    if shutil.which("kubectl") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("kubectl is needed to render deploy/ (kubectl kustomize)")
-        pytest.skip("kubectl is not installed")
+    require_tool("kubectl", why="it renders deploy/ (kubectl kustomize)")
     rendered = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True, check=True).stdout
     return [doc for doc in yaml.safe_load_all(rendered) if doc]
 
@@ -207,8 +205,7 @@ def test_the_live_overlay_of_the_install_guide_turns_the_descheduler_live(tmp_pa
 
 @pytest.mark.parametrize("rules", ["alerts.rules.yaml", "recording.rules.yaml"])
 def test_the_rule_files_load_in_promtool(rules):
-    if shutil.which("promtool") is None:
-        pytest.skip("promtool comes with Debian's prometheus package")
+    require_tool("promtool", why="it comes with Debian's prometheus package")
     result = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "monitoring" / rules)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -381,8 +378,7 @@ def test_the_match_condition_sends_device_plugin_and_dra_pods_and_nothing_else(b
 
 
 def test_promtool_fires_the_rules_behind_alert_only_for_our_groups_that_miss(tmp_path):
-    if shutil.which("promtool") is None:
-        pytest.skip("promtool comes with Debian's prometheus package")
+    require_tool("promtool", why="it comes with Debian's prometheus package")
     missed = "prometheus_rule_group_iterations_missed_total"
     ours = "/etc/prometheus/rules/gpu-balancer.yaml;gpu-balancer-snapshot"
     (alert,) = [rule for rule in yaml.safe_load((DEPLOY / "monitoring" / "alerts.rules.yaml").read_text())["groups"][0]

@@ -44,6 +44,12 @@ def test_evictions_honour_pdbs_report_500s_and_leave_events(kube):
         ("ok", "evicted"), ("guarded", "blocked"), ("broken", "error"), ("gone", "gone")]
     assert "PodDisruptionBudget" in outcomes[1].detail and "500" in outcomes[2].detail
     assert len(eviction_requests(emulator, "guarded")) == 1, "a PDB refusal is not retried in the same run"
+    for pod in ("ok", "guarded", "broken", "gone"):  # what the API server's PDB check reads: an Eviction of the pod
+        (request,) = eviction_requests(emulator, pod)
+        assert request.data["kind"] == "Eviction" and request.data["apiVersion"] == "policy/v1", request.data
+        assert request.data["metadata"] == {"name": pod, "namespace": "ml"}
+        assert "deleteOptions" not in request.data, "no grace-period or precondition override of the PDB's say"
+    assert [o.done for o in outcomes] == [True, False, False, True], "only evicted and gone count as done"
     recorded = events.list_namespaced_event("ml").items
     assert [(e.regarding.name, e.action, e.reporting_controller) for e in recorded] == [
         ("ok", "Evict", "gpu-balancer.io/descheduler")]

@@ -38,15 +38,17 @@ def test_a_sustained_hot_node_sheds_the_pod_that_best_covers_its_excess():
     assert "room on cool-b" in result.evictions[0].reason
 
 
-@pytest.mark.parametrize(("stats", "why"), [
-    (window(hot_a=(92.0, 40.0, 1.0)), "a spike: the low quantile is cool"),
-    (window(hot_a=(60.0, 55.0, 1.0)), "mean over the window below the threshold"),
-    (window(hot_a=(92.0, 85.0, 0.5)), "too few samples cover the window"),
-    ({}, "no window data at all"),
+@pytest.mark.parametrize(("stats", "why", "note"), [
+    (window(hot_a=(92.0, 40.0, 1.0)), "a spike: the low quantile is cool", "92% mean, 40% low over 10 min"),
+    (window(hot_a=(60.0, 55.0, 1.0)), "mean over the window below the threshold", "sustained needs ≥ 80% mean"),
+    (window(hot_a=(92.0, 85.0, 0.5)), "too few samples cover the window", "5.0 of 10 min of history"),
+    ({}, "no window data at all", "no utilisation history yet"),
 ])
-def test_heat_that_did_not_last_never_evicts(stats, why):
+def test_heat_that_did_not_last_never_evicts(stats, why, note):
     result = plan(base_cluster(), stats=stats)
     assert result.evictions == () and result.hot_nodes == (), why
+    # The node `status` shows hot is named, with why it is not sustained-hot yet.
+    assert any(n.startswith("hot-a is hot now but not sustained-hot") and note in n for n in result.notes), result.notes
 
 
 def test_a_node_that_is_not_hot_now_is_not_a_source():

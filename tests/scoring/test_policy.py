@@ -64,7 +64,10 @@ def test_the_policy_is_frozen():
     ("heat: {hotUtilPercent: hot}\n", "heat.hotUtilPercent"),
     ("heat: {hotUtilPercent: true}\n", "heat.hotUtilPercent"),
     ("heat: {warmUtilPercent: 90, hotUtilPercent: 80}\n", "heat.warmUtilPercent"),
-    ("heat: {hotMemoryFraction: 1.5}\n", "heat.warmMemoryFraction"),
+    ("heat: {hotMemoryFraction: 1.5}\n", "heat.hotMemoryFraction: must be between 0 and 1, got 1.5"),
+    ("heat: {hotUtilPercent: -5}\n", "heat.hotUtilPercent: must be between 0 and 100, got -5"),
+    ("heat: {warmMemoryFraction: 0.95}\n", "heat.warmMemoryFraction: must be below hotMemoryFraction"),
+    ("telemetry: {recordingIntervalSeconds: 20, stalenessLimitSeconds: 12}\n", "telemetry.recordingIntervalSeconds"),
     ("heat: {criticalXids: 79}\n", "heat.criticalXids"),
     ("heat: {criticalXids: [79, x]}\n", "heat.criticalXids[1]"),
     ("heat: {hotUtilPercnt: 80}\n", "heat.hotUtilPercnt"),
@@ -86,3 +89,18 @@ def test_a_bad_document_gives_one_error_naming_the_field(document, names):
     with pytest.raises(PolicyError, match=None) as error:
         parse_policy(document)
     assert names in str(error.value)
+
+
+@pytest.mark.parametrize(("staleness", "interval"), [(120, 30), (12, 3), (6, 1), (600, 30), (100, 25)])
+def test_an_unset_recording_interval_is_derived_from_the_staleness_limit(staleness, interval):
+    # A policy that only shortens the staleness limit is valid: the interval it never set follows it.
+    policy = parse_policy(f"telemetry: {{stalenessLimitSeconds: {staleness}}}\n")
+    assert policy.telemetry.recording_interval_seconds is None
+    assert policy.telemetry.recording_interval == interval < staleness
+    assert "derived" in policy.telemetry.recording_interval_origin
+
+
+def test_a_recording_interval_that_is_set_is_kept_and_said_to_be_set():
+    telemetry = parse_policy("telemetry: {recordingIntervalSeconds: 10, stalenessLimitSeconds: 12}\n").telemetry
+    assert telemetry.recording_interval == 10
+    assert telemetry.recording_interval_origin == "telemetry.recordingIntervalSeconds"

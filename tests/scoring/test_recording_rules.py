@@ -72,7 +72,7 @@ def test_the_snapshot_group_evaluates_at_the_policys_interval_and_the_fingerprin
     # at another interval still match the reader's fingerprint.
     policy = default_policy()
     every_15 = replace(policy, telemetry=replace(policy.telemetry, recording_interval_seconds=15.0))
-    intervals = {p.telemetry.recording_interval_seconds: {g["name"]: g["interval"] for g in
+    intervals = {p.telemetry.recording_interval: {g["name"]: g["interval"] for g in
                                                          recording.recording_rules(p, topology_keys(p))["groups"]}
                  for p in (policy, every_15)}
     assert intervals[30.0][recording.SNAPSHOT_GROUP] == "30s" and intervals[15.0][recording.SNAPSHOT_GROUP] == "15s"

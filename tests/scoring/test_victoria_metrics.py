@@ -4,8 +4,6 @@ recording rules, run by vmalert, read back into the raw queries' snapshot."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from dataclasses import replace
 
@@ -17,18 +15,14 @@ from scoring import dcgm, recording
 from scoring.policy import default_policy
 from scoring.prometheus import connect, read_snapshot, read_window
 from sim.fleet import FleetSpec
-from tests.conftest import read_through, rounded, rules_evaluated_every_second
+from tests.conftest import read_through, require_tool, rounded, rules_evaluated_every_second
 
 SPEC = FleetSpec(nodes=6, gpus_per_node=4, profile="skewed", seed=5)
 
 
 @pytest.fixture
 def victoria_metrics():
-    if shutil.which("victoria-metrics") is None:
-        message = "victoria-metrics is not installed (Debian package `victoria-metrics`); `make test` installs it"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_tool("victoria-metrics", why="Debian package `victoria-metrics`; `make test` installs it")
     started = []
 
     def start(*targets: str) -> LocalVictoriaMetrics:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from html.parser import HTMLParser
 
@@ -14,6 +13,7 @@ from sim.report_files import write_report
 from sim.run import compare
 from sim.scenario import load_scenario
 from sim.seeds import aggregate
+from tests.conftest import require_tool
 
 TINY = load_scenario("name: tiny\nhours: 0.5\nfleet: {nodes: 6}\ninference: {services: 6, meanDemandFraction: 0.5}\n"
                      "events: {burstPodsAtHour: 0.25, burstPods: 12}\n")
@@ -97,9 +97,7 @@ def test_the_terminal_table_fits_100_columns_and_says_what_percentages_are(by_se
 
 
 def test_the_page_renders_in_headless_chromium(by_seed, tmp_path):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("Debian's chromium is not installed (make test installs it as root)")
+    browser = require_tool("chromium", "chromium-browser", why="Debian's chromium; `make test` installs it as root")
     write_report(tmp_path, TINY, by_seed)
     shot = tmp_path / "shot.png"
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",

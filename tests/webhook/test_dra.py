@@ -201,3 +201,56 @@ def test_the_served_webhook_knows_a_pods_claims_before_any_telemetry(cluster):
     assert gpu["response"]["allowed"] and gpu["response"].get("patch"), "spread terms, though no node advice"
     assert nic["response"]["allowed"] and "patch" not in nic["response"]
     assert 'reason="no-telemetry"' in metrics and 'reason="not-gpu"' in metrics
+
+
+@pytest.mark.parametrize("template_name", ["one-gpu", "one-mig"])
+def test_a_dra_pod_is_never_advised_to_a_hot_node(cluster, template_name):
+    # As for device-plugin pods: only nodes at or under the hot threshold are preferred, and hot
+    # nodes (here the two idlest by free devices) are named as avoided, never as fallbacks.
+    api, start, _ = cluster
+    utils = {"gpu-cool": 5.0, "gpu-hot-a": 95.0, "gpu-hot-b": 92.0, "mig-cool": 4.0, "mig-hot": 97.0}
+    for name in utils:
+        mig = name.startswith("mig")
+        api.put("nodes", dra_node(name, pool="mig" if mig else "h100"))
+        api.put("resourceslices", gpu_slice(name, 0, migs=7) if mig else gpu_slice(name, 8))
+    api.put("resourceclaims", claim("busy", exactly(count=6), allocated=[("gpu-cool", f"gpu-{g}") for g in range(6)]))
+    api.put("resourceclaimtemplates", template("one-gpu", exactly()))
+    api.put("resourceclaimtemplates", template("one-mig", exactly(MIG_CLASS, 1)))
+    watch = start(clock=lambda: NOW)
+    eventually(lambda: watch.freeze() is not None and len(watch.freeze().claims.templates) == 2
+               and watch.freeze().free("gpu-cool").get(GPU) == 2)
+    heat = FleetHeat(NOW, False, 5.0, tuple(
+        NodeHeat(n, 8, 0, u, u, 0.3, 50.0, None, Tier.HOT if u >= 80 else Tier.COOL, ()) for n, u in utils.items()))
+    index = index_fleet(heat)
+    ledger = SteeringLedger(45, replica="a-")
+    ledger.prepare(index, watch.freeze())
+    decision, pod = admit(dra_pod("svc-x", template_name=template_name), index, ledger)
+    cool, hot = (("mig-cool", ["mig-hot"]) if template_name == "one-mig" else ("gpu-cool", ["gpu-hot-a", "gpu-hot-b"]))
+    assert preferred(pod) == [cool], decision
+    assert all(f"{name}(hot)" in decision.detail for name in hot), "named as avoided, among the nodes it could use"
+
+
+def test_a_dra_job_is_advised_only_nodes_whose_devices_are_free(cluster):
+    # Telemetry cannot see devices a claim holds (the GPUs of n-full are allocated and idle), so
+    # the job's nodes are chosen on the cluster view's room, as a single pod's are.
+    api, start, _ = cluster
+    utils = {"n-cool": 5.0, "n-hot-a": 95.0, "n-hot-b": 92.0, "n-full": 3.0}
+    for name in utils:
+        api.put("nodes", dra_node(name))
+        api.put("resourceslices", gpu_slice(name, 8))
+    api.put("resourceclaims", claim("busy", exactly(count=8), allocated=[("n-full", f"gpu-{g}") for g in range(8)]))
+    api.put("resourceclaimtemplates", template("one-gpu", exactly()))
+    api.put("resourceclaimtemplates", template("channel", exactly(CHANNEL_CLASS, 1, name="channel")))
+    watch = start(clock=lambda: NOW)
+    eventually(lambda: watch.freeze() is not None and len(watch.freeze().claims.templates) == 2
+               and watch.freeze().free("n-full").get(GPU) == 0)
+    heat = FleetHeat(NOW, False, 5.0, tuple(
+        NodeHeat(n, 8, 0, u, u, 0.3, 50.0, None, Tier.HOT if u >= 80 else Tier.COOL, ()) for n, u in utils.items()))
+    index = index_fleet(heat, {n: (("nvidia.com/gpu.clique", "c1"),) for n in utils})
+    ledger = SteeringLedger(45, replica="a-")
+    ledger.prepare(index, watch.freeze())
+    worker = dra_pod("worker-0", template_name="one-gpu", owner=("StatefulSet", "job"), labels={"app": "job"},
+                     extra_claims=[{"name": "channel", "resourceClaimTemplateName": "channel"}])
+    decision, pod = admit(worker, index, ledger)
+    assert preferred(pod) == ["n-cool"], decision.detail
+    assert "n-hot-a(hot)" in decision.detail and "n-hot-b(hot)" in decision.detail

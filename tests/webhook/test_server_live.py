@@ -127,6 +127,17 @@ def test_bad_requests_get_a_clear_4xx(live, body, status, message):
     assert message in response.json()["error"]
 
 
+def test_the_admission_path_takes_only_post_and_a_body_sent_in_pieces(live):
+    client, _, _ = live
+    refused = client.get("/mutate")
+    assert refused.status_code == 405 and refused.headers["allow"] == "POST"
+    body = json.dumps(review(gpu_pod())).encode()
+    pieces = (body[i:i + 1000] for i in range(0, len(body), 1000))  # chunked, no Content-Length
+    answer = client.post("/mutate", content=pieces, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 200 and answer.json()["response"]["allowed"] is True
+    assert int(answer.headers["content-length"]) == len(answer.content)
+
+
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")  # the old versions are the point
 def test_only_tls_1_2_or_newer_is_spoken(live, tls_files):
     _, port, _ = live

@@ -13,7 +13,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,sim]'
 	touch $(STAMP)
 
 # $(call debian,COMMAND,WHEN-MISSING): install the Debian package COMMAND names when it is missing

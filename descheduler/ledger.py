@@ -1,17 +1,11 @@
-"""The anti-thrash ledger: what was evicted, from where and when; cooldowns and back-off.
-
-`LedgerState` and its decisions are pure; `load_ledger` / `save_ledger` keep it in a ConfigMap in
-the descheduler's namespace (I/O through the `kubernetes` client, injected).
-"""
+"""The anti-thrash ledger: what was evicted, from where and when; cooldowns and back-off. Pure,
+no I/O: `descheduler.ledger_store` keeps it in a ConfigMap."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-
-from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from scoring.policy import DeschedulerPolicy
 
@@ -66,57 +60,3 @@ class LedgerState:
                                                     datetime.fromisoformat(r["at"])) for r in rows))
         except (ValueError, KeyError, TypeError):
             raise ValueError("ledger ConfigMap content is not a list of eviction records") from None
-
-
-def _read(core: client.CoreV1Api, policy: DeschedulerPolicy) -> client.V1ConfigMap | None:
-    """The ledger ConfigMap, or None when it does not exist yet."""
-    try:
-        return core.read_namespaced_config_map(policy.ledger_name, policy.ledger_namespace)
-    except ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-
-
-def _create(core: client.CoreV1Api, data: dict[str, str], policy: DeschedulerPolicy) -> None:
-    core.create_namespaced_config_map(policy.ledger_namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name=policy.ledger_name, labels={"app.kubernetes.io/part-of": "gpu-balancer"}),
-        data=data))
-
-
-def load_ledger(core: client.CoreV1Api, policy: DeschedulerPolicy) -> tuple[LedgerState, str | None]:
-    """The stored ledger and its resourceVersion (None when the ConfigMap does not exist yet)."""
-    configmap = _read(core, policy)
-    if configmap is None:
-        return LedgerState(), None
-    return LedgerState.from_json((configmap.data or {}).get(DATA_KEY, "[]")), configmap.metadata.resource_version or ""
-
-
-def save_ledger(core: client.CoreV1Api, state: LedgerState, resource_version: str | None,
-                policy: DeschedulerPolicy) -> None:
-    data = {DATA_KEY: state.to_json()}
-    if resource_version is None:
-        _create(core, data, policy)
-    else:
-        # With the resourceVersion read, a concurrent run's write makes this one fail, not overwrite.
-        metadata = {"resourceVersion": resource_version} if resource_version else {}
-        core.patch_namespaced_config_map(policy.ledger_name, policy.ledger_namespace,
-                                         {"metadata": metadata, "data": data})
-
-
-def save_summary(core: client.CoreV1Api, summary_json: str, policy: DeschedulerPolicy) -> None:
-    """Store the last run's summary beside the evictions (one key, merge-patched: no conflict with
-    the ledger's own resourceVersion-guarded write)."""
-    data = {SUMMARY_KEY: summary_json}
-    try:
-        core.patch_namespaced_config_map(policy.ledger_name, policy.ledger_namespace, {"data": data})
-    except ApiException as error:
-        if error.status != 404:
-            raise
-        _create(core, data, policy)
-
-
-def load_summary(core: client.CoreV1Api, policy: DeschedulerPolicy) -> str | None:
-    """The last run's stored summary (JSON), or None when no run has stored one."""
-    configmap = _read(core, policy)
-    return None if configmap is None else (configmap.data or {}).get(SUMMARY_KEY)

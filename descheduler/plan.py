@@ -24,7 +24,7 @@ from descheduler.ledger import LedgerState
 from scoring.feasibility import why_infeasible
 from scoring.heat import SLOW_SERVING, FleetHeat, NodeHeat, Tier
 from scoring.policy import DeschedulerPolicy
-from scoring.prometheus import WindowStats
+from scoring.telemetry import WindowStats
 from scoring.serving import ServingReplica, SustainedServing
 from scoring.telemetry import ClusterSnapshot
 
@@ -168,23 +168,9 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
     # Nodes hot on their serving figures alone come after those hot on utilisation.
     slow = _slow_serving_sources(heat, snapshot, serving_window or {}, policy, exclude={name for name, _ in sources})
     sources += [(name, reason) for name, (reason, _) in slow.items()]
-    notes: list[str] = []
-    if not sources:
-        notes.append("no node has been hot over the whole window")
     source_names = {name for name, _ in sources}
-    hot_now = sorted(name for name, n in heat.items() if n.tier is Tier.HOT and name not in source_names)
-    notes += [f"{name} is hot now but not sustained-hot: {not_sustained(window.get(name), policy)}"
-              for name in hot_now[:MAX_NOT_SUSTAINED_NOTES]]
-    if len(hot_now) > MAX_NOT_SUSTAINED_NOTES:
-        notes.append(f"{len(hot_now) - MAX_NOT_SUSTAINED_NOTES} more node(s) hot now but not sustained-hot")
-    free = cluster.free()
-    spare: dict[str, Counter] = {}
-    for name, n in heat.items():
-        if (n.tier <= Tier.WARM and n.gpu_util < policy.target_util_percent and name not in source_names
-                and not n.slow_serving):
-            node = cluster.nodes.get(name)
-            if node is not None and not node.unschedulable:
-                spare[name] = Counter({r: c for r, c in free.get(name, Counter()).items() if c > 0})
+    notes = _hot_but_not_sources(heat, source_names, window, policy)
+    spare = _spare(heat, source_names, cluster, policy)
     if sources and not any(spare.values()):
         notes.append(f"no node below {policy.target_util_percent:g}% has free GPUs: nothing can move")
 
@@ -244,6 +230,32 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
             per_namespace[pod.namespace] += 1
             excess -= 1.0 if node_name in slow else share
     return Plan(tuple(name for name, _ in sources), tuple(evictions), tuple(skipped), tuple(notes))
+
+
+def _hot_but_not_sources(heat: Mapping[str, NodeHeat], sources: set[str], window: Mapping[str, WindowStats],
+                         policy: DeschedulerPolicy) -> list[str]:
+    """Notes on the nodes `status` shows hot that this run does not act on, and why."""
+    notes = [] if sources else ["no node has been hot over the whole window"]
+    hot_now = sorted(name for name, n in heat.items() if n.tier is Tier.HOT and name not in sources)
+    notes += [f"{name} is hot now but not sustained-hot: {not_sustained(window.get(name), policy)}"
+              for name in hot_now[:MAX_NOT_SUSTAINED_NOTES]]
+    if len(hot_now) > MAX_NOT_SUSTAINED_NOTES:
+        notes.append(f"{len(hot_now) - MAX_NOT_SUSTAINED_NOTES} more node(s) hot now but not sustained-hot")
+    return notes
+
+
+def _spare(heat: Mapping[str, NodeHeat], sources: set[str], cluster: Cluster, policy: DeschedulerPolicy
+           ) -> dict[str, Counter]:
+    """The free GPU units of every schedulable node cool enough to take an evicted pod."""
+    free = cluster.free()
+    spare: dict[str, Counter] = {}
+    for name, n in heat.items():
+        if (n.tier <= Tier.WARM and n.gpu_util < policy.target_util_percent and name not in sources
+                and not n.slow_serving):
+            node = cluster.nodes.get(name)
+            if node is not None and not node.unschedulable:
+                spare[name] = Counter({r: c for r, c in free.get(name, Counter()).items() if c > 0})
+    return spare
 
 
 def _reserve(spare: dict[str, Counter], pod: PodInfo, cluster: Cluster) -> tuple[str | None, int]:

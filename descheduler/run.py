@@ -12,7 +12,8 @@ from kubernetes import client
 
 from descheduler.cluster import Cluster, cluster_from_objects
 from descheduler.evictor import Outcome, carry_out, record_run
-from descheduler.ledger import EvictionRecord, LedgerState, load_ledger, save_ledger, save_summary
+from descheduler.ledger import EvictionRecord, LedgerState
+from descheduler.ledger_store import load_ledger, save_ledger, save_summary
 from descheduler.plan import Plan, plan_evictions
 from descheduler.summary import RunSummary, summarise
 from scoring.heat import fleet_heat

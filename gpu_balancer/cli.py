@@ -224,7 +224,7 @@ def _descheduler_last_run(args: argparse.Namespace, policy: BalancerPolicy):
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    from descheduler.ledger import load_summary
+    from descheduler.ledger_store import load_summary
     from descheduler.summary import RunSummary
 
     try:
@@ -490,6 +490,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.seeds is not None:
         return _simulate_seeds(args, scenario)
     if args.report:
+        require_report_pictures("--report")
         writable_directory(args.report, "--report")
     show = sys.stderr.isatty() and args.output == "table"
 
@@ -519,6 +520,7 @@ def _simulate_seeds(args: argparse.Namespace, scenario) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from None
     if args.report:
+        require_report_pictures("--report")
         writable_directory(args.report, "--report")
     by_seed = {}
     for seed in seeds:
@@ -533,6 +535,16 @@ def _simulate_seeds(args: argparse.Namespace, scenario) -> int:
     if args.report:
         _write_report(args.report, scenario, by_seed)
     return 0
+
+
+def require_report_pictures(what: str) -> None:
+    """Stop before any work when matplotlib, which draws the report's pictures, is missing: it
+    comes with the `sim` extra, which the production image goes without."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(f"{what} draws pictures with matplotlib, which is not installed: "
+                         "pip install 'gpu-balancer[sim]'")
 
 
 def _write_report(directory: str, scenario, by_seed) -> None:
@@ -579,6 +591,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from gpu_balancer.demo import run_demo
 
+    require_report_pictures("demo")
     writable_directory(args.report_dir, "--report-dir")
     return run_demo(nodes=args.nodes, gpus=args.gpus, seed=args.seed, colour=_wants_colour(sys.stdout),
                     report_dir=args.report_dir)

@@ -45,7 +45,6 @@ from sim.engine import (SimPod, World, bind, build_world, cluster_objects, delet
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.policies import make_policy, observed_samples
 from sim.report import as_table
-from sim.report_files import write_report
 from sim.run import compare, weighted_quantile
 from sim.scenario import FleetShape, InferenceShape, Scenario, named
 from sim.scheduler import choose, evaluate
@@ -243,6 +242,8 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 12,
           f"{seeds[0]}-{seeds[-1]}, the same arrivals for each policy:\n")
     by_seed = {s: compare(scenario, s) for s in seeds}
     print(as_table(scenario.name, seeds, aggregate(by_seed)))
+    from sim.report_files import write_report  # matplotlib: the `sim` extra, checked at start
+
     written = write_report(Path(report_dir), scenario, by_seed)
     page = next(p for p in written if p.suffix == ".html")
     print(f"\nreport: open {page} in a browser (pictures inlined); also {', '.join(p.name for p in written if p != page)}")

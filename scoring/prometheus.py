@@ -13,7 +13,7 @@ import copy
 import gc
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,7 +27,7 @@ from urllib3.util.retry import Retry
 from scoring import dcgm, recording, serving
 from scoring.policy import BalancerPolicy, PrometheusConnection
 from scoring.series import EXPORTER_HINTS, SUMMED, Series, build_snapshot, detect_node_label, ksm_label_name, selector
-from scoring.telemetry import ClusterSnapshot
+from scoring.telemetry import ClusterSnapshot, WindowStats
 
 
 class TelemetryError(RuntimeError):
@@ -507,17 +507,6 @@ def recorded_at(query: QueryFn, fingerprint_: str) -> float | None:
     None where they have not."""
     rows = query(f"timestamp({recording.record_selector('newest_sample', fingerprint_)})")
     return max((float(row["value"][1]) for row in rows), default=None)
-
-
-@dataclass(frozen=True, slots=True)
-class WindowStats:
-    """A node's mean GPU utilisation over the descheduler window."""
-
-    mean: float
-    low: float
-    """The policy's low quantile of the window."""
-    coverage: float
-    """Share of the window's steps with a sample, 0–1."""
 
 
 def per_node_util(matchers: str, use_profiling_metrics: bool) -> str:

@@ -103,7 +103,7 @@ def classify_workloads(units: Mapping[UnitKey, Mapping[str, str]],
                        gpu_pods: Collection[tuple[str, str]] | None = None,
                        units_per_node: Mapping[str, int] | None = None,
                        ) -> tuple[dict[UnitKey, PodRef], tuple[str, ...]]:
-    """Which unit is allocated to which workload pod, from the series' own labels (DESIGN.md's
+    """Which unit is allocated to which workload pod, from the series' own labels (docs/DESIGN.md's
     exporter facts), and a warning for every pod it could not be sure of.
 
     `exported_*` labels always name the workload. A bare `pod` does not when any series carries

@@ -130,3 +130,14 @@ class ClusterSnapshot:
         """Seconds since the freshest sample (or since the snapshot was taken when none)."""
         reference = self.newest_sample_at or self.taken_at
         return max(0.0, (now - reference).total_seconds())
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    """A node's mean GPU utilisation over the descheduler window."""
+
+    mean: float
+    low: float
+    """The policy's low quantile of the window."""
+    coverage: float
+    """Share of the window's steps with a sample, 0–1."""

@@ -16,7 +16,8 @@ from scoring.claims import ClaimBook, book_from_objects, class_of, pod_claims
 from scoring.feasibility import constraints_of, why_infeasible
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
-from scoring.prometheus import WindowStats, topology_keys
+from scoring.prometheus import topology_keys
+from scoring.telemetry import WindowStats
 from scoring.serving import (ServingReplica, SustainedServing, latency_label, pressure_of, target_for,
                              with_peers, with_serving, workload_of_pod)
 from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name

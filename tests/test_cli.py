@@ -117,3 +117,19 @@ def test_version_is_the_package_version(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"gpu-balancer {version('gpu-balancer')}"
+
+
+def test_the_production_commands_load_no_matplotlib_and_the_report_asks_for_the_sim_extra(tmp_path):
+    import subprocess
+    import sys
+
+    loaded = subprocess.run([sys.executable, "-c",
+                             "import sys, gpu_balancer.cli, webhook.serve, descheduler.run, nvml_exporter.serve, "
+                             "certs.ensure, sim.explain; print('matplotlib' in sys.modules)"],
+                            capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "False", "the image installs no matplotlib: only the `sim` extra does"
+    hidden = ("import sys; sys.modules['matplotlib'] = None; from gpu_balancer.cli import main; "
+              f"sys.exit(main(['simulate', '--scenario', 'burst', '--report', {str(tmp_path)!r}]))")
+    done = subprocess.run([sys.executable, "-c", hidden], capture_output=True, text=True)
+    assert done.returncode == 2 and "pip install 'gpu-balancer[sim]'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -8,7 +8,8 @@ from datetime import timedelta
 from kubernetes import client
 
 from descheduler.evictor import carry_out
-from descheduler.ledger import EvictionRecord, LedgerState, load_ledger, save_ledger
+from descheduler.ledger import EvictionRecord, LedgerState
+from descheduler.ledger_store import load_ledger, save_ledger
 from descheduler.plan import Plan, PlannedEviction
 from scoring.policy import DeschedulerPolicy
 from tests.descheduler.helpers import NOW

@@ -142,7 +142,7 @@ def test_a_live_run_evicts_records_its_ledger_and_the_next_run_holds_off(prometh
     held = {s.pod for s in second.plan.skipped if "cooldown" in s.reason}
     assert set(evicted) <= held, "the same workloads are not evicted again within the cooldown"
     # Each run leaves its summary in the ledger ConfigMap and as an Event on it; status reads it.
-    from descheduler.ledger import load_summary
+    from descheduler.ledger_store import load_summary
     from descheduler.summary import RunSummary
 
     stored = RunSummary.from_json(load_summary(core, policy.descheduler))

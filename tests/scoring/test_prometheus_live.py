@@ -278,7 +278,7 @@ def test_status_gives_up_on_a_silent_prometheus_with_a_message_naming_it():
 def test_status_shows_the_descheduler_last_run_from_its_configmap(fake_dcgm, prometheus, kube, tmp_path):
     from kubernetes import client
 
-    from descheduler.ledger import save_summary
+    from descheduler.ledger_store import save_summary
     from descheduler.summary import RunSummary
     from scoring.policy import DeschedulerPolicy
 

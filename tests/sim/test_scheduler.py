@@ -1,4 +1,4 @@
-"""The scheduler model, pinned to the kube-scheduler facts in DESIGN.md."""
+"""The scheduler model, pinned to the kube-scheduler facts in docs/DESIGN.md."""
 
 import random
 

@@ -1,0 +1,64 @@
+"""The ledger's ConfigMap in the descheduler's namespace: the eviction records and the last run's
+summary, read and written through the `kubernetes` client (injected; does I/O)."""
+
+from __future__ import annotations
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from descheduler.ledger import DATA_KEY, SUMMARY_KEY, LedgerState
+from scoring.policy import DeschedulerPolicy
+
+
+def _read(core: client.CoreV1Api, policy: DeschedulerPolicy) -> client.V1ConfigMap | None:
+    """The ledger ConfigMap, or None when it does not exist yet."""
+    try:
+        return core.read_namespaced_config_map(policy.ledger_name, policy.ledger_namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def _create(core: client.CoreV1Api, data: dict[str, str], policy: DeschedulerPolicy) -> None:
+    core.create_namespaced_config_map(policy.ledger_namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=policy.ledger_name, labels={"app.kubernetes.io/part-of": "gpu-balancer"}),
+        data=data))
+
+
+def load_ledger(core: client.CoreV1Api, policy: DeschedulerPolicy) -> tuple[LedgerState, str | None]:
+    """The stored ledger and its resourceVersion (None when the ConfigMap does not exist yet)."""
+    configmap = _read(core, policy)
+    if configmap is None:
+        return LedgerState(), None
+    return LedgerState.from_json((configmap.data or {}).get(DATA_KEY, "[]")), configmap.metadata.resource_version or ""
+
+
+def save_ledger(core: client.CoreV1Api, state: LedgerState, resource_version: str | None,
+                policy: DeschedulerPolicy) -> None:
+    data = {DATA_KEY: state.to_json()}
+    if resource_version is None:
+        _create(core, data, policy)
+    else:
+        # With the resourceVersion read, a concurrent run's write makes this one fail, not overwrite.
+        metadata = {"resourceVersion": resource_version} if resource_version else {}
+        core.patch_namespaced_config_map(policy.ledger_name, policy.ledger_namespace,
+                                         {"metadata": metadata, "data": data})
+
+
+def save_summary(core: client.CoreV1Api, summary_json: str, policy: DeschedulerPolicy) -> None:
+    """Store the last run's summary beside the evictions (one key, merge-patched: no conflict with
+    the ledger's own resourceVersion-guarded write)."""
+    data = {SUMMARY_KEY: summary_json}
+    try:
+        core.patch_namespaced_config_map(policy.ledger_name, policy.ledger_namespace, {"data": data})
+    except ApiException as error:
+        if error.status != 404:
+            raise
+        _create(core, data, policy)
+
+
+def load_summary(core: client.CoreV1Api, policy: DeschedulerPolicy) -> str | None:
+    """The last run's stored summary (JSON), or None when no run has stored one."""
+    configmap = _read(core, policy)
+    return None if configmap is None else (configmap.data or {}).get(SUMMARY_KEY)

@@ -588,6 +588,50 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _concurrencies(text: str) -> list[int]:
+    """An argparse type: a comma-separated list of client counts, 1 to 4,096 each."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
+    if not values or not all(1 <= value <= 4096 for value in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: each concurrency must be 1 to 4096")
+    return values
+
+
+def cmd_serving_curve(args: argparse.Namespace) -> int:
+    from sim.llm.curve import serving_curve
+    from sim.llm.hardware import GPUS, MODELS, gpu_named, model_named
+
+    if args.list:
+        for gpu in GPUS.values():
+            print(f"gpu   {gpu.name:18s} {gpu.memory_bytes / 2**30:5.0f} GiB  {gpu.bandwidth_bytes_per_s / 1e9:5.0f} GB/s  "
+                  f"{gpu.bf16_flops / 1e12:5.0f} TFLOP/s BF16  DCGM: {', '.join(gpu.aliases)}")
+        for model in MODELS.values():
+            print(f"model {model.name:18s} {model.parameters / 1e9:5.1f} B parameters  TP {model.tensor_parallel}  "
+                  f"{model.weight_bytes / 2**30:5.1f} GiB weights and {model.kv_bytes_per_token / 1024:4.0f} KiB KV "
+                  "per token per GPU")
+        return 0
+    if not args.gpu or not args.model:
+        raise UsageError("give --gpu and --model (--list shows the ones known)")
+    try:
+        gpu, model = gpu_named(args.gpu), model_named(args.model)
+        points = serving_curve(gpu, model, args.concurrency, prompt_tokens=args.prompt_tokens,
+                               output_tokens=args.output_tokens)
+    except (KeyError, ValueError) as error:
+        raise UsageError(str(error.args[0])) from None
+    if args.output == "json":
+        print(json.dumps([point.as_dict() for point in points], indent=2))
+        return 0
+    print(f"{model.name} on {gpu.name}, {args.prompt_tokens} prompt and {args.output_tokens} output tokens, "
+          "closed-loop clients (the replica model of `sim/llm/engine.py`):")
+    print(f"{'concurrency':>11s} {'TTFT p50 ms':>12s} {'TTFT p99 ms':>12s} {'TPOT p50 ms':>12s} {'output tok/s':>13s}")
+    for point in points:
+        print(f"{point.concurrency:11d} {point.ttft_p50_ms:12.1f} {point.ttft_p99_ms:12.1f} {point.tpot_p50_ms:12.2f} "
+              f"{point.output_tokens_per_s:13.0f}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from gpu_balancer.demo import run_demo
 
@@ -705,6 +749,17 @@ def build_parser() -> argparse.ArgumentParser:
     explain_cmd.add_argument("--config", help="BalancerPolicy YAML file")
     explain_cmd.add_argument("--output", choices=("table", "json"), default="table")
     explain_cmd.set_defaults(handler=cmd_explain)
+
+    curve = commands.add_parser("serving-curve", help="one LLM replica's latency and throughput against "
+                                                     "concurrency (the simulator's replica model)")
+    curve.add_argument("--gpu", help="a GPU of --list, or its DCGM modelName")
+    curve.add_argument("--model", help="a model of --list")
+    curve.add_argument("--concurrency", type=_concurrencies, default=[1, 4, 16, 64], metavar="1,4,16,64")
+    curve.add_argument("--prompt-tokens", type=count(1, 131072), default=1024)
+    curve.add_argument("--output-tokens", type=count(1, 32768), default=128)
+    curve.add_argument("--output", choices=("table", "json"), default="table")
+    curve.add_argument("--list", action="store_true", help="print the GPUs and models known, and stop")
+    curve.set_defaults(handler=cmd_serving_curve)
 
     demo = commands.add_parser("demo", help="the whole path on one machine: telemetry, webhook over TLS, "
                                             "descheduler dry-run, policy comparison")

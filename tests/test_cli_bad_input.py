@@ -76,6 +76,12 @@ def commands(files: dict[str, str], closed: str) -> st.SearchStrategy[list[str]]
         st.builds(lambda p: ["simulate", "--scenario-file", p], f),
         st.builds(lambda s: ["simulate", "--scenario", s], st.text(max_size=12)),
         st.builds(lambda n: ["demo", "--nodes", str(n)], BAD_COUNTS),
+        st.builds(lambda g: ["serving-curve", "--gpu", g, "--model", "Llama-3.1-8B"], st.text(max_size=12).filter(
+            lambda g: g.strip().lower() not in {"l4", "h200", "l40s"})),
+        st.builds(lambda c: ["serving-curve", "--gpu", "L4", "--model", "Llama-3.1-8B", "--concurrency", c],
+                  st.sampled_from(["0", "1,,2", "x", "", "5000", "-1"])),
+        st.just(["serving-curve", "--gpu", "L4", "--model", "Llama-3.1-70B-TP4"]),
+        st.just(["serving-curve", "--gpu", "L4"]),
         st.builds(lambda n: ["demo", "--gpus", str(n)], BAD_COUNTS),
         st.just(["demo", "--report-dir", UNWRITABLE, "--nodes", "2"]),
         st.builds(lambda p: ["fake-dcgm", "--port", str(p)], BAD_PORTS),

@@ -1,0 +1,1 @@
+"""The LLM serving world: GPUs and models from published figures, and one continuous-batching server. Pure."""

@@ -1,0 +1,89 @@
+"""What a serving replica runs on and what it runs: GPUs and models as published figures. Pure.
+
+GPU figures are the vendors' datasheet numbers: memory, memory bandwidth, and dense BF16 tensor
+throughput (half the "with sparsity" figure; for the RTX 4090, the FP32-accumulate rate, which
+is what BF16 GEMMs in PyTorch use). DCGM reports a GPU by `modelName` (the `modelName` label of
+dcgm-exporter's series); those strings are aliases here. Model figures are from each model's
+published config (`config.json`): parameters, layers, KV heads, head size; weights and KV cache
+in BF16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    name: str
+    memory_bytes: int
+    bandwidth_bytes_per_s: float
+    bf16_flops: float
+    """Dense BF16 tensor-core peak, FLOP/s."""
+    aliases: tuple[str, ...] = ()
+    """DCGM `modelName` strings of this GPU."""
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    name: str
+    parameters: float
+    layers: int
+    kv_heads: int
+    head_dim: int
+    tensor_parallel: int = 1
+    """GPUs the model is sharded over; every figure below is per GPU."""
+
+    @property
+    def weight_bytes(self) -> float:
+        """BF16 weights one GPU holds and reads each step."""
+        return 2 * self.parameters / self.tensor_parallel
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """K and V of every layer for one token, BF16, on one GPU (KV heads split over the shards)."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * 2 / self.tensor_parallel
+
+    @property
+    def flops_per_token(self) -> float:
+        """Dense forward FLOPs for one token on one GPU (2 per parameter; attention over the
+        context is left out: at the lengths served here it is a few per cent)."""
+        return 2 * self.parameters / self.tensor_parallel
+
+
+GPUS = {gpu.name: gpu for gpu in (
+    Gpu("A100-40GB", 40 * GIB, 1555e9, 312e12, ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB")),
+    Gpu("A100-80GB", 80 * GIB, 2039e9, 312e12, ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe")),
+    Gpu("H100-80GB", 80 * GIB, 3350e9, 989e12, ("NVIDIA H100 80GB HBM3", "NVIDIA H100-SXM5-80GB")),
+    Gpu("H200", 141 * 10**9, 4800e9, 989e12, ("NVIDIA H200", "NVIDIA H200 NVL")),
+    Gpu("L4", 24 * GIB, 300e9, 121e12, ("NVIDIA L4",)),
+    Gpu("L40S", 48 * GIB, 864e9, 362e12, ("NVIDIA L40S",)),
+    Gpu("RTX-4090", 24 * GIB, 1008e9, 165e12, ("NVIDIA GeForce RTX 4090",)),
+)}
+
+MODELS = {model.name: model for model in (
+    Model("Llama-3.1-8B", 8.03e9, 32, 8, 128),
+    Model("Mistral-7B", 7.25e9, 32, 8, 128),
+    Model("Qwen2.5-7B", 7.62e9, 28, 4, 128),
+    Model("Llama-3.1-70B-TP4", 70.6e9, 80, 8, 128, tensor_parallel=4),
+    Model("Llama-3.1-70B-TP8", 70.6e9, 80, 8, 128, tensor_parallel=8),
+)}
+
+
+def gpu_named(name: str) -> Gpu:
+    """A GPU by its table name or a DCGM `modelName`, case-insensitive; KeyError naming the known ones."""
+    wanted = name.strip().lower()
+    for gpu in GPUS.values():
+        if wanted == gpu.name.lower() or wanted in (alias.lower() for alias in gpu.aliases):
+            return gpu
+    raise KeyError(f"unknown GPU {name!r}; known: {', '.join(GPUS)} (or their DCGM modelName)")
+
+
+def model_named(name: str) -> Model:
+    wanted = name.strip().lower()
+    for model in MODELS.values():
+        if wanted == model.name.lower():
+            return model
+    raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}")

@@ -164,7 +164,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from gpu_balancer.status_view import heat_as_json, heat_as_table
 
     policy = load_policy(args.config, args.prometheus_url)
-    if args.kubeconfig:
+    if args.kubeconfig:  # named on the command line: a file that cannot be used is bad input, at once
         _check_kubeconfig(args.kubeconfig)
     snapshot = read_snapshot(connect(policy.prometheus), policy)
     if not snapshot.nodes and not snapshot.vanished_nodes:
@@ -219,8 +219,6 @@ def _descheduler_last_run(args: argparse.Namespace, policy: BalancerPolicy):
     telemetry, and says on stderr why the summary is missing."""
     if not (args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST") or os.environ.get("KUBECONFIG")):
         return None
-    if args.kubeconfig:  # named on the command line: a file that cannot be used is bad input
-        _check_kubeconfig(args.kubeconfig)
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 

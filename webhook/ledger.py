@@ -46,6 +46,11 @@ class _Booking:
     """namespace/name once bound; empty while provisional."""
 
 
+def _unbooked(view: ClusterView, unseen: dict[str, Counter], node: str, resource: str) -> int:
+    """The view's free units of `resource` on `node`, less the bookings the view does not hold yet."""
+    return view.free_units(node, resource) - unseen.get(node, _NONE)[resource]
+
+
 class _Ranking:
     """One signature's feasible sub-index and its heap of (-score, -room, position, name)."""
 
@@ -147,9 +152,7 @@ class SteeringLedger:
         view, unseen = self._view, self._unseen
 
         def copies(name: str) -> int:  # a read of one node's counters: no lock needed under the GIL
-            held = unseen.get(name, _NONE)
-            return min((view.free_units(name, resource) - held[resource]) // max(1, count)
-                       for resource, count in units)
+            return min(_unbooked(view, unseen, name, resource) // max(1, count) for resource, count in units)
 
         return copies
 
@@ -276,7 +279,7 @@ class SteeringLedger:
         base_free = ranking.members[name][1]
         if self._view is None or not resource:
             return base_free - self._pending.get(name, 0)
-        return self._view.free_units(name, resource) - self._unseen.get(name, _NONE)[resource]
+        return _unbooked(self._view, self._unseen, name, resource)
 
     def _entry(self, ranking: _Ranking, name: str) -> tuple[float, int, int, str] | None:
         base, free, position = ranking.members[name]

@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench prometheus chromium victoria-metrics clean image
+.PHONY: demo test test-fast bench prometheus chromium victoria-metrics control-plane clean image
 
 # The image, tagged with the package version: `make image IMAGE=registry.example/gpu-balancer`.
 IMAGE ?= ghcr.io/gpu-balancer/gpu-balancer
@@ -40,12 +40,24 @@ chromium:
 victoria-metrics:
 	$(call debian,victoria-metrics,echo "victoria-metrics is not installed: its tests are skipped")
 
+# The real control plane of the control_plane tests (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl, KWOK), built from the Go module proxy into a cache keyed by version:
+# tens of minutes cold on 2 cores, seconds after. Without Go the tests are skipped, except under CI.
+control-plane:
+	@if command -v go >/dev/null 2>&1; then bash controlplane/build.sh >/dev/null; \
+	elif [ "$$CI" = true ]; then echo "Go is not installed: the control plane cannot be built (CI requires it)"; exit 1; \
+	else echo "Go is not installed: the control_plane tests are skipped"; fi
+
 demo: $(STAMP)
 	@$(MAKE) --no-print-directory prometheus || echo "(continuing without Prometheus)"
 	$(VENV)/bin/gpu-balancer demo
 
-test: $(STAMP) prometheus chromium victoria-metrics
+test: $(STAMP) prometheus chromium victoria-metrics control-plane
 	$(PY) -m pytest
+
+# For development: everything but the real control plane.
+test-fast: $(STAMP) prometheus chromium victoria-metrics
+	$(PY) -m pytest -k "not control_plane"
 
 bench: $(STAMP) prometheus
 	$(PY) bench/snapshot_scale.py

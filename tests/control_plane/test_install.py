@@ -26,8 +26,9 @@ from sim.fleet import FleetSpec, generate_fleet, node_load_levels
 from tests.conftest import require_tool
 from tests.control_plane.conftest import gpu_node
 from tests.control_plane.plane import REPOSITORY, ControlPlane
+from webhook.pods import ADVICE_ANNOTATION
 
-ADVICE = "gpu-balancer.io/advice"
+ADVICE = ADVICE_ANNOTATION
 # Four H100 nodes; the skewed profile puts node 00 near 90 % and node 01 near 60 %, 02 and 03 cool.
 FLEET = FleetSpec(nodes=4, gpus_per_node=8, profile="skewed", seed=1)
 OPTED_IN = {"gpu-balancer.io/enabled": "true"}
@@ -83,7 +84,6 @@ class HostWebhook:
         self.workdir, self.policy, self.kubeconfig = workdir, policy, kubeconfig
         self.port = free_port()
         ca = issue_ca("gpu-balancer-test-webhook-ca")
-        self.ca = ca
         self.tls = write_bundle(workdir / "tls", ca, issue_serving(
             ca, ["localhost"], ip_addresses=(ipaddress.ip_address("127.0.0.1"),)))
         self.trusted = ca.certificate_pem.decode()
@@ -249,7 +249,8 @@ def test_control_plane_pods_are_still_created_when_the_webhook_is_down(installed
 def test_control_plane_descheduler_evicts_through_the_eviction_api_and_a_pdb_holds(installed):
     """On the hot node: a Deployment whose PodDisruptionBudget allows no disruption, and one
     without a budget. The descheduler, with its own token, evicts through the Eviction API: the
-    guarded pods are refused (429) and stay, the unguarded one goes and its ReplicaSet recreates it.
+    guarded pods are refused (429) and stay; where the plan takes the unguarded one, it goes and its
+    ReplicaSet recreates it.
     (A budget of maxUnavailable 1 does not hold a run of evictions here: KWOK deletes an evicted
     pod and readies its replacement within milliseconds, and the disruption controller allows the
     next one before the run's next eviction; a real LLM pod takes minutes.)"""

@@ -6,8 +6,15 @@ from __future__ import annotations
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from descheduler.ledger import DATA_KEY, SUMMARY_KEY, LedgerState
+from descheduler.ledger import DATA_KEY, SUMMARY_KEY, EvictionRecord, LedgerState
 from scoring.policy import DeschedulerPolicy
+
+CONFLICT_ATTEMPTS = 5
+"""Writes tried against a ledger others keep changing (409) before the run gives up on it."""
+
+
+class LedgerConflict(RuntimeError):
+    """The ledger changed under every attempt to add this run's records."""
 
 
 def _read(core: client.CoreV1Api, policy: DeschedulerPolicy) -> client.V1ConfigMap | None:
@@ -44,6 +51,26 @@ def save_ledger(core: client.CoreV1Api, state: LedgerState, resource_version: st
         metadata = {"resourceVersion": resource_version} if resource_version else {}
         core.patch_namespaced_config_map(policy.ledger_name, policy.ledger_namespace,
                                          {"metadata": metadata, "data": data})
+
+
+def record_evictions(core: client.CoreV1Api, records: list[EvictionRecord], now, policy: DeschedulerPolicy,
+                     read: tuple[LedgerState, str | None]) -> LedgerState:
+    """Add this run's `records` to the stored ledger; `read` is what the run planned with. Another
+    writer since (a run overlapping this one, an operator's edit) makes the guarded write fail with
+    409: then the ledger is read again and the records added to what is there now, so neither the
+    other writer's records nor this run's are lost. Returns what was stored."""
+    state, version = read
+    for _ in range(CONFLICT_ATTEMPTS):
+        updated = state.with_evictions(records, now, policy)
+        try:
+            save_ledger(core, updated, version, policy)
+            return updated
+        except ApiException as error:
+            if error.status != 409:  # 409: the resourceVersion moved on, or a create lost the race
+                raise
+        state, version = load_ledger(core, policy)
+    raise LedgerConflict(f"ledger ConfigMap {policy.ledger_namespace}/{policy.ledger_name} changed under "
+                         f"{CONFLICT_ATTEMPTS} attempts to record {len(records)} evictions")
 
 
 def save_summary(core: client.CoreV1Api, summary_json: str, policy: DeschedulerPolicy) -> None:

@@ -13,7 +13,7 @@ from kubernetes import client
 from descheduler.cluster import Cluster, cluster_from_objects
 from descheduler.evictor import Outcome, carry_out, record_run
 from descheduler.ledger import EvictionRecord, LedgerState
-from descheduler.ledger_store import load_ledger, save_ledger, save_summary
+from descheduler.ledger_store import LedgerConflict, load_ledger, record_evictions, save_summary
 from descheduler.plan import Plan, plan_evictions
 from descheduler.summary import RunSummary, summarise
 from scoring.heat import fleet_heat
@@ -29,6 +29,8 @@ class Report:
     plan: Plan
     outcomes: tuple[Outcome, ...]
     summary: RunSummary | None = None
+    ledger_error: str | None = None
+    """Why this run's evictions are not in the ledger (their cooldowns unrecorded), if they are not."""
 
     def as_dict(self) -> dict:
         def entry(outcome: Outcome) -> dict:
@@ -43,13 +45,13 @@ class Report:
             "would_evict": [entry(o) for o in self.outcomes if o.result == "dry-run"],
             "skipped": [{"namespace": s.namespace, "pod": s.pod, "reason": s.reason} for s in self.plan.skipped]
             + [{"namespace": o.eviction.namespace, "pod": o.eviction.pod, "reason": o.detail} for o in failed],
-            "notes": list(self.plan.notes),
+            "notes": [*self.plan.notes, *([f"ledger not updated: {self.ledger_error}"] if self.ledger_error else [])],
             **({"summary": json.loads(self.summary.to_json())} if self.summary else {}),
         }
 
     @property
     def errors(self) -> int:
-        return sum(1 for o in self.outcomes if o.result == "error")
+        return sum(1 for o in self.outcomes if o.result == "error") + (1 if self.ledger_error else 0)
 
 
 def live_cluster(core: client.CoreV1Api, policy: BalancerPolicy) -> Cluster:
@@ -98,10 +100,15 @@ def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: C
                           serving_window=read_serving_window(query, policy, snapshot))
     outcomes = carry_out(plan, core, events, dry_run=dry_run, now=taken)
     evicted = [o.eviction for o in outcomes if o.result == "evicted"]
+    ledger_error = None
     if evicted and core is not None:
         records = [EvictionRecord(e.workload, e.namespace, e.pod, e.node, taken) for e in evicted]
-        save_ledger(core, ledger.with_evictions(records, taken, policy.descheduler), version, policy.descheduler)
-    report = Report(dry_run or core is None, plan, tuple(outcomes))
+        try:
+            record_evictions(core, records, taken, policy.descheduler, read=(ledger, version))
+        except LedgerConflict as error:  # the evictions happened: report them, and say what was not kept
+            log.error("%s: their cooldowns are not recorded", error)
+            ledger_error = str(error)
+    report = Report(dry_run or core is None, plan, tuple(outcomes), ledger_error=ledger_error)
     summary = summarise(report, at=taken)
     if core is not None:
         # Every run, dry or live, leaves its summary where `gpu-balancer status` and people look.

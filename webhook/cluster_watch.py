@@ -78,6 +78,7 @@ class _Held:
 class ClusterWatch:
     def __init__(self, api: client.ApiClient, policy: PlacementPolicy, *,
                  on_binding: Callable[[Binding], None] = lambda binding: None,
+                 on_release: Callable[[str], None] = lambda pod: None,
                  on_state: Callable[[str], None] = lambda state: None,
                  clock: Callable[[], datetime] = _utcnow, page_size: int = 500, watch_seconds: int = 300,
                  request_timeout: float = 30.0, backoff: tuple[float, float] = (0.5, 30.0),
@@ -86,6 +87,7 @@ class ClusterWatch:
         self._resource = client.ResourceV1Api(api)
         self._policy = policy
         self._on_binding = on_binding
+        self._on_release = on_release
         self._on_state = on_state
         self._clock = clock
         self._page = page_size
@@ -118,8 +120,8 @@ class ClusterWatch:
         self._threads: list[threading.Thread] = []
         self._frozen: ClusterView | None = None
         self._dirty = True
-        self.relists = Counter()
-        """Lists made, by kind: the first, and one after each 410 Gone."""
+        self.relists = Counter(dict.fromkeys(kinds, 0))
+        """Lists made, by kind: the first, and one after each 410 Gone (keys fixed: read by /metrics)."""
 
     # -- the view -----------------------------------------------------------------------------
 
@@ -247,11 +249,14 @@ class ClusterWatch:
             if kind == "nodes":
                 self._nodes = {}
             elif kind == "pods":
-                self._pods, self._held = {}, {}
+                before, self._pods, self._held = self._pods, {}, {}
             else:
                 self._clear_dra(kind)
             for obj in objects:
                 self._apply(kind, "ADDED", obj, now, relist=True)
+            if kind == "pods":
+                for key in before.keys() - self._pods.keys():
+                    self._on_release(key)  # gone while the watch was away: no DELETED event will say so
             self.absent.pop(kind, None)
             self._synced[kind] = True
             self._dirty = True
@@ -371,6 +376,7 @@ class ClusterWatch:
     def _release(self, key: str) -> None:
         held = self._pods.pop(key, None)
         if held is not None:
+            self._on_release(key)
             counter = self._held.get(held.node)
             if counter is not None:
                 counter.subtract(dict(held.units))

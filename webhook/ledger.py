@@ -70,6 +70,7 @@ class SteeringLedger:
         self._replica = replica
         self._serial = itertools.count(1)
         self._bookings: dict[str, _Booking] = {}
+        self._by_pod: dict[str, str] = {}  # namespace/name → key of its booking, once bound
         self._order: deque[tuple[datetime, str]] = deque()
         self._pending: Counter = Counter()  # node → units booked (heat)
         self._unseen: dict[str, Counter] = defaultdict(Counter)  # node → resource → units the view lacks
@@ -112,13 +113,25 @@ class SteeringLedger:
             self._add(key, _Booking(binding.node, binding.units, max(binding.at, own.at) if own else binding.at,
                                     binding.pod))
 
+    def unbind(self, pod: str) -> None:
+        """A bound pod seen gone (deleted, finished, or missing from a relist) before its booking
+        settled: the load it promised will not come, so the booking goes with it."""
+        with self._lock:
+            key = self._by_pod.get(pod)
+            if key is not None:
+                self._remove(key)
+
     def _add(self, key: str, booking: _Booking) -> None:
         self._bookings[key] = booking
+        if booking.pod:
+            self._by_pod[booking.pod] = key
         self._order.append((booking.at, key))
         self._count(booking, +1)
 
     def _remove(self, key: str) -> None:
         booking = self._bookings.pop(key)
+        if booking.pod and self._by_pod.get(booking.pod) == key:
+            del self._by_pod[booking.pod]
         self._count(booking, -1)
 
     def _count(self, booking: _Booking, sign: int) -> None:

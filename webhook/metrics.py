@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 
 @dataclass
@@ -56,3 +58,23 @@ def create_metrics(registry: CollectorRegistry | None = None) -> WebhookMetrics:
                                      "Pods advised on telemetry alone: no cluster view, so feasibility unchecked.",
                                      registry=registry),
     )
+
+
+class CountsCollector:
+    """A labelled counter read, at each scrape, from counts another component keeps (the cluster
+    view's lists by kind): no second tally to keep in step."""
+
+    def __init__(self, name: str, documentation: str, label: str, counts: Mapping[str, int]) -> None:
+        self._name, self._documentation, self._label, self._counts = name, documentation, label, counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(self._name, self._documentation, labels=[self._label])
+        for key, value in sorted(self._counts.items()):
+            family.add_metric([key], value)
+        yield family
+
+
+def register_cluster_view_lists(registry: CollectorRegistry, relists: Mapping[str, int]) -> None:
+    registry.register(CountsCollector(
+        "gpu_balancer_cluster_view_lists", "Full lists the cluster view made, by kind: the first, and one "
+        "after each watch the API server expired (410 Gone).", "kind", relists))

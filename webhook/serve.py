@@ -50,7 +50,7 @@ def build_server(policy: BalancerPolicy, *, tls_cert: str, tls_key: str, host: s
                  log_level: str = "info") -> tuple[uvicorn.Server, CertificateReloader]:
     metrics = create_metrics()
     ledger = SteeringLedger(policy.placement.settle_seconds, replica=f"{socket.gethostname()}-")
-    cluster = cluster_watch_from_environment(policy.placement, on_binding=ledger.bind,
+    cluster = cluster_watch_from_environment(policy.placement, on_binding=ledger.bind, on_release=ledger.unbind,
                                              on_state=lambda state: metrics.cluster_view_states.labels(state).inc())
     reader = ChildProcessReader(policy, on_restart=lambda reason: metrics.reader_restarts.labels(reason).inc())
     cache = SnapshotCache(reader, policy, on_error=lambda _error: metrics.telemetry_errors.inc(), on_stop=reader.close)

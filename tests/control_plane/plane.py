@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import time
@@ -47,11 +48,27 @@ def build_binaries() -> Path:
     return Path(result.stdout.strip().splitlines()[-1])
 
 
-def _pem(value) -> bytes:
-    if isinstance(value, x509.Certificate):
-        return value.public_bytes(serialization.Encoding.PEM)
-    return value.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                               serialization.NoEncryption())
+def wait_until(condition, what: str, timeout: float = READY_TIMEOUT_S, *, alive=lambda: None,
+               detail=lambda: "", interval: float = 0.25):
+    """Poll `condition` until it returns something truthy, and return that. `alive` raises when
+    what is waited on has died (no use waiting out the timeout); `detail` adds a log to the error."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive()
+        if value := condition():
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"{what}: not after {timeout:.0f} s{detail()}")
+
+
+def _can_bind(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def issue_client(ca: Issued, user: str, groups: tuple[str, ...] = ()) -> Issued:
@@ -110,11 +127,13 @@ class ControlPlane:
         ca = issue_ca("gpu-balancer-test-cluster-ca")
         serving = issue_serving(ca, ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
                                 ip_addresses=(ipaddress.ip_address("127.0.0.1"),))
-        (pki / "ca.crt").write_bytes(_pem(ca.certificate))
-        (pki / "apiserver.crt").write_bytes(_pem(serving.certificate))
-        (pki / "apiserver.key").write_bytes(_pem(serving.key))
+        (pki / "ca.crt").write_bytes(ca.certificate_pem)
+        (pki / "apiserver.crt").write_bytes(serving.certificate_pem)
+        (pki / "apiserver.key").write_bytes(serving.key_pem)
+        # The token signing key is RSA: what kube-apiserver's --service-account-key-file expects most widely.
         accounts = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        (pki / "sa.key").write_bytes(_pem(accounts))
+        (pki / "sa.key").write_bytes(accounts.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
         (pki / "sa.pub").write_bytes(accounts.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
         for name, user, groups in (("admin", "test-admin", ("system:masters",)),
@@ -122,8 +141,8 @@ class ControlPlane:
                                    ("scheduler", "system:kube-scheduler", ()),
                                    ("kwok", "kwok", ("system:masters",))):
             client = issue_client(ca, user, groups)
-            (pki / f"{name}.crt").write_bytes(_pem(client.certificate))
-            (pki / f"{name}.key").write_bytes(_pem(client.key))
+            (pki / f"{name}.crt").write_bytes(client.certificate_pem)
+            (pki / f"{name}.key").write_bytes(client.key_pem)
 
     def _kubeconfig(self, name: str) -> Path:
         pki = self.workdir / "pki"
@@ -207,8 +226,7 @@ class ControlPlane:
         self._apiserver()
         self.wait_ready()
         self._controllers()
-        self.wait_for(lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default",
-                                           check=False).returncode == 0, "the default ServiceAccount")
+        self._wait_for_default_account("default")
         return self
 
     # --- use ----------------------------------------------------------------------------------
@@ -226,17 +244,15 @@ class ControlPlane:
         except OSError:
             return False
 
-    def wait_for(self, condition, what: str, timeout: float = READY_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for name, process in self.processes.items():
-                if process.poll() is not None:
-                    raise RuntimeError(f"{name} exited {process.returncode} while waiting for {what}: "
-                                       f"{self.log_tail(name)}")
-            if condition():
-                return
-            time.sleep(0.25)
-        raise TimeoutError(f"{what} not ready after {timeout:.0f} s; apiserver log: {self.log_tail('apiserver')}")
+    def _alive(self) -> None:
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited {process.returncode}: {self.log_tail(name)}")
+
+    def wait_for(self, condition, what: str, timeout: float = READY_TIMEOUT_S):
+        """`wait_until`, failing at once if a process of the control plane exits meanwhile."""
+        return wait_until(condition, what, timeout, alive=self._alive,
+                          detail=lambda: f"; apiserver log: {self.log_tail('apiserver')}")
 
     def wait_ready(self) -> None:
         self.wait_for(self.ready, "kube-apiserver /readyz")
@@ -260,6 +276,32 @@ class ControlPlane:
         items = objects if isinstance(objects, list) else [objects]
         self.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
+    def _wait_for_default_account(self, namespace: str) -> None:
+        # The controller manager makes it; the ServiceAccount admission plugin refuses pods before it.
+        self.wait_for(lambda: self.kubectl("get", "serviceaccount", "default", "-n", namespace,
+                                           check=False).returncode == 0, f"the default ServiceAccount of {namespace}")
+
+    def create_namespaces(self, *names: str, labels: dict | None = None) -> None:
+        """Namespaces (with `labels`), ready for pods: their `default` ServiceAccount exists."""
+        self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
+                    for name in names])
+        for name in names:
+            self._wait_for_default_account(name)
+
+    def _etcd_call(self, method: str, body: dict) -> dict:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.ports['etcd']}/v3/{method}",
+                                         data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return json.loads(reply.read())
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (through etcd's JSON gateway, as
+        `etcdctl compact` does), so any watch from an older resourceVersion is answered 410 Gone.
+        Returns the revision compacted to."""
+        revision = int(self._etcd_call("maintenance/status", {})["header"]["revision"])
+        self._etcd_call("kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
     def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
         """A kubeconfig that acts as ServiceAccount `namespace/name` with a token the API server
         signed (TokenRequest), so our RBAC, and only it, decides what it may do."""
@@ -268,6 +310,8 @@ class ControlPlane:
 
     def restart_apiserver(self) -> None:
         self._stop("apiserver")
+        # Kubeconfigs name this port: wait out any process that probed it meanwhile (free_port).
+        wait_until(lambda: _can_bind(self.ports["apiserver"]), "the API server's port free again", 30)
         self._apiserver()
         self.wait_ready()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from kubernetes import client
 
 from descheduler.evictor import carry_out
@@ -90,3 +91,24 @@ def test_the_ledger_is_kept_in_a_configmap_the_next_run_reads(kube):
     save_ledger(core, second, version, POLICY)
     assert load_ledger(core, POLICY)[0] == second
     assert load_ledger(core, POLICY)[0].cooldown_until("ml/Deployment/svc", NOW + timedelta(minutes=1), POLICY)
+
+
+def test_a_ledger_that_changes_under_every_write_gives_up_and_the_report_says_so(kube):
+    """409 on every guarded write (the real server's answer is proven in tests/control_plane):
+    read again and retry, a bounded number of times; then the run reports its evictions and says
+    their cooldowns were not recorded, and counts it as an error (exit 1)."""
+    from descheduler.ledger_store import CONFLICT_ATTEMPTS, LedgerConflict, record_evictions
+    from descheduler.run import Report
+
+    api, emulator = kube
+    core = client.CoreV1Api(api)
+    save_ledger(core, LedgerState(), None, POLICY)
+    path = f"/api/v1/namespaces/{POLICY.ledger_namespace}/configmaps/{POLICY.ledger_name}"
+    emulator[f"patch {path}"] << 409 << status(409, "Conflict", "the object has been modified; please apply "
+                                                "your changes to the latest version and try again")
+    record = EvictionRecord("ml/Deployment/svc", "ml", "svc-1", "hot-a", NOW)
+    with pytest.raises(LedgerConflict) as gave_up:
+        record_evictions(core, [record], NOW, POLICY, read=(LedgerState(), "41"))
+    assert len(list(emulator[f"patch {path}"])) == CONFLICT_ATTEMPTS, "bounded: it does not spin"
+    report = Report(False, planned("ok"), (), ledger_error=str(gave_up.value))
+    assert report.errors == 1 and any("ledger not updated" in note for note in report.as_dict()["notes"])

@@ -15,7 +15,8 @@ POLICY = PlacementPolicy()
 
 @pytest.fixture
 def cluster():
-    """(api stand-in, start(**options) → a started ClusterWatch, bindings seen)."""
+    """(api stand-in, start(**options) → a started ClusterWatch, bindings seen); the pods it
+    released (gone after their binding) are in `start.released`."""
     api = KubeApi()
     server, url = serve(api)
     configuration = client.Configuration()
@@ -23,14 +24,16 @@ def cluster():
     api_client = client.ApiClient(configuration)
     watches: list[ClusterWatch] = []
     bindings: list[Binding] = []
+    released: list[str] = []
 
     def start(**options) -> ClusterWatch:
         options = {"page_size": 3, "watch_seconds": 2, "backoff": (0.05, 0.2), "grace_seconds": 0.0, **options}
-        watch = ClusterWatch(api_client, POLICY, on_binding=bindings.append, **options)
+        watch = ClusterWatch(api_client, POLICY, on_binding=bindings.append, on_release=released.append, **options)
         watch.start()
         watches.append(watch)
         return watch
 
+    start.released = released
     yield api, start, bindings
     for watch in watches:
         watch.stop()

@@ -96,6 +96,26 @@ def test_watch_resumes_from_bookmarks_and_relists_on_410_gone(cluster):
     eventually(lambda: sorted(watch.freeze().nodes) == ["n1", "n2", "n3"])
 
 
+def test_a_pod_gone_while_the_watch_was_away_is_released_by_the_relist(cluster):
+    """Deleted, and its DELETED event compacted away before the watch resumed: only the relist
+    after 410 Gone can tell, and it does: the pod is released (its booking dropped) as a
+    DELETED event would."""
+    api, start, bindings = cluster
+    api.put("nodes", node("n1"))
+    api.put("pods", pod("a", "n1", gpus=2))
+    api.put("pods", pod("b", "n1"))
+    watch = start(watch_seconds=30)
+    eventually(lambda: watch.freeze() is not None and watch.freeze().free("n1")["nvidia.com/gpu"] == 5)
+    with api.changed:  # one step, so the open watch never sees the DELETED event
+        api.delete("pods", "ml/a")
+        api.compact()
+    eventually(lambda: watch.relists["pods"] >= 2)
+    eventually(lambda: watch.freeze().free("n1")["nvidia.com/gpu"] == 7)
+    assert start.released == ["ml/a"]
+    api.delete("pods", "ml/b")  # and a DELETED event seen releases it too
+    eventually(lambda: start.released == ["ml/a", "ml/b"])
+
+
 def test_a_stream_dropped_mid_way_resumes_without_losing_events(cluster):
     api, start, bindings = cluster
     api.put("nodes", node("n1"))

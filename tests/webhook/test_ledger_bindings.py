@@ -40,6 +40,22 @@ def test_bindings_of_other_replicas_and_unsteered_pods_are_booked_too():
     assert ledger.pending(NOW + timedelta(seconds=45)) == {}, "forgotten once telemetry can show them"
 
 
+def test_a_pod_gone_before_its_booking_settled_takes_the_booking_with_it():
+    ledger = SteeringLedger(45, replica="r1-")
+    ledger.prepare(index_fleet(fleet(node("a", util=5), node("b", util=30))), view(names=("a", "b")))
+    booking = ledger.booking_id()
+    ledger.record("a", ((GPU, 2),), NOW, booking)
+    ledger.bind(Binding("ml/steered", "a", ((GPU, 2),), NOW, booking))
+    ledger.bind(Binding("ml/plain", "b", ((GPU, 3),), NOW, ""))
+    ledger.unbind("ml/steered")
+    assert ledger.pending(NOW) == {"b": 3}, "its load will not come"
+    ledger.unbind("ml/plain")
+    ledger.unbind("ml/never-bound")
+    assert ledger.pending(NOW) == {}
+    ledger.bind(Binding("ml/plain", "b", ((GPU, 3),), NOW, ""))
+    assert ledger.pending(NOW) == {"b": 3}, "bound again (a new pod of the same name) is booked again"
+
+
 def test_room_is_the_views_free_units_less_what_the_view_does_not_hold_yet():
     index = index_fleet(fleet(node("a", util=5), node("b", util=30)))
     ledger = SteeringLedger(45)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import ssl
 import statistics
 import sys
@@ -126,6 +127,7 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--admissions", type=int, default=1000)
     args = parser.parse_args()
+    os.environ.setdefault("MALLOC_ARENA_MAX", "2")  # as the image runs the webhook (Dockerfile)
     names = node_names(args.nodes, args.gpus)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

@@ -52,7 +52,8 @@ def test_control_plane_real_scheduler_places_a_deployment_where_the_advice_point
     assert all(preferred_nodes(p) and not preferred_nodes(p) & hot for p in replicas), "advice avoids the hot node"
     assert len(followed) >= 5 and len(on_hot) <= 1, [(p["spec"]["nodeName"], p["metadata"]["annotations"][ADVICE])
                                                    for p in replicas]
-    plane.wait_for(lambda: all(p["status"].get("phase") == "Running" for p in list_pods(plane, "cp-serving", "app=llm")),
+    plane.wait_for(lambda: all(p["status"].get("phase") == "Running"
+                               for p in list_pods(plane, "cp-serving", "app=llm")),
                    "KWOK marks the bound pods Running", 60)
 
 

@@ -221,3 +221,48 @@ def test_without_api_access_the_app_stays_ready_and_says_so_on_metrics(cluster):
         metrics = http.get("/metrics").text
     assert "gpu_balancer_cluster_view_available 0.0" in metrics
     assert "gpu_balancer_advice_without_cluster_view_total 1.0" in metrics
+
+
+def test_the_view_keeps_of_a_pod_what_it_reads_and_reads_the_same_from_it():
+    """A pod as kube-apiserver serves it (managed fields, statuses, probes, a sidecar, a claim, a
+    booking) is slimmed to what the view reads; what the view computes is the same either way."""
+    import copy
+    import json
+
+    from scoring.claims import ClaimBook, pod_claims
+    from scoring.workloads import gpu_request
+    from webhook.cluster_watch import slim
+
+    served = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "llm-0", "namespace": "ml", "uid": "u-1", "resourceVersion": "812",
+                     "labels": {"app": "llm"}, "annotations": {
+                         BOOKING_ANNOTATION: "r1-7", "kubectl.kubernetes.io/last-applied-configuration": "{}" * 500},
+                     "managedFields": [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}] * 4},
+        "spec": {"nodeName": "n1", "volumes": [{"name": "model", "emptyDir": {}}] * 3,
+                 "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                 "initContainers": [{"name": "proxy", "restartPolicy": "Always", "image": "proxy:1",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                 "containers": [{"name": "server", "image": "vllm:1", "env": [{"name": "X", "value": "1"}] * 20,
+                                 "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}},
+                                 "resources": {"limits": {"nvidia.com/gpu": "2"}, "claims": [{"name": "gpu"}]}}]},
+        "status": {"phase": "Running", "podIP": "10.0.0.9",
+                   "conditions": [{"type": "Initialized", "status": "True"},
+                                  {"type": "PodScheduled", "status": "True",
+                                   "lastTransitionTime": "2026-12-03T10:00:00Z"}],
+                   "containerStatuses": [{"name": "server", "ready": True, "image": "vllm:1"}] * 2,
+                   "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "llm-0-gpu-x7"}]},
+    }
+    slimmed = slim(copy.deepcopy(served))
+    assert len(json.dumps(slimmed)) < len(json.dumps(served)) / 4
+    book = ClaimBook({}, {})
+    assert gpu_request(slimmed, POLICY, pod_claims(slimmed, book, POLICY)) == \
+        gpu_request(served, POLICY, pod_claims(served, book, POLICY))
+    assert slimmed["metadata"]["annotations"] == {BOOKING_ANNOTATION: "r1-7"}
+    assert slimmed["metadata"]["resourceVersion"] == "812", "the watch resumes from it"
+    assert [c["type"] for c in slimmed["status"]["conditions"]] == ["PodScheduled"]
+    assert slimmed["spec"]["resourceClaims"] == served["spec"]["resourceClaims"]
+    node = {"metadata": {"name": "n1", "managedFields": [{}], "labels": {"pool": "h100"}},
+            "spec": {"taints": []}, "status": {"allocatable": {"nvidia.com/gpu": "8"}, "images": [{"names": ["a"]}]}}
+    assert slim(node) == {"metadata": {"name": "n1", "labels": {"pool": "h100"}}, "spec": {"taints": []},
+                          "status": {"allocatable": {"nvidia.com/gpu": "8"}}}

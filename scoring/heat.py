@@ -5,9 +5,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from scoring.policy import HeatPolicy
 from scoring.telemetry import ClusterSnapshot, NodeTelemetry
+
+if TYPE_CHECKING:
+    from scoring.serving import ServingReplica
 
 
 class Tier(enum.IntEnum):
@@ -36,7 +40,8 @@ class NodeHeat:
     gpus: int
     gpus_allocated: int
     gpu_util: float
-    """Mean GPU utilisation, 0–100."""
+    """Mean GPU busy share, 0–100: the duty cycle, or a serving replica's load on its GPUs where it
+    reports one (`work_load`)."""
     max_gpu_util: float
     memory_used_fraction: float | None
     """None when no GPU of the node reports both framebuffer gauges: unknown, not empty."""
@@ -70,10 +75,54 @@ class NodeHeat:
         return max(0, self.gpus - self.gpus_allocated)
 
 
+@dataclass(frozen=True, slots=True)
+class WorkLoad:
+    """A node's busy measure where its model servers say how full the work keeps them."""
+
+    mean: float
+    """0–100 over the node's GPUs: a loaded replica's GPUs at its load, the others' duty cycle."""
+    peak: float
+    replicas: tuple[ServingReplica, ...]
+    """The replicas whose load stands in for their GPUs' duty cycle, fullest first."""
+    covers_all_pods: bool
+    """Every workload pod on the node is one of them: its framebuffer is their preallocated cache."""
+
+
+def work_load(node: NodeTelemetry) -> WorkLoad | None:
+    """The node's busy measure with each serving replica that reports its load (KV cache, running
+    batch) counted at that load instead of its GPUs' duty cycle, which reads ~100 % from one
+    request in flight (vLLM issue #6105; bench/replica_signals.py). None where no replica on the
+    node reports a load, or no GPU series names its pod: then the duty cycle stands."""
+    loaded = {(r.namespace, r.pod): r for r in node.serving if r.load is not None}
+    if not loaded or not node.util_count:
+        return None
+    busy_sum, peaks, counted, held = node.util_sum, [], [], 0
+    for pod in node.pods:
+        held += pod.gpus
+        replica = loaded.get((pod.namespace, pod.name))
+        if replica is None:
+            peaks.append(pod.util_percent)
+            continue
+        busy = min(100.0, 100.0 * replica.load)
+        busy_sum += (busy - pod.util_percent) * pod.gpus
+        peaks.append(busy)
+        counted.append(replica)
+    if not counted:
+        return None
+    unheld = node.util_count - held
+    if unheld > 0:
+        peaks.append(max(0.0, node.util_sum - sum(p.util_percent * p.gpus for p in node.pods)) / unheld)
+    return WorkLoad(max(0.0, busy_sum) / node.util_count, max(peaks),
+                    tuple(sorted(counted, key=lambda r: -r.load)), len(counted) == len(node.pods))
+
+
 def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
     """Load figures and the tier of one node, with a reason for every step above cool."""
     memory_fraction = node.memory_used_fraction
-    mean_util = node.util_mean
+    work = work_load(node)
+    mean_util = node.util_mean if work is None else work.mean
+    busy_what = "mean GPU util" if work is None else "serving load"
+    busy_why = "" if work is None else f" ({work.replicas[0].describe_load()})"
     signals = tuple(signal for signal, known in (
         ("utilisation", node.util_count > 0 and node.util_count >= node.gpus),
         ("memory", memory_fraction is not None),
@@ -90,10 +139,12 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
     elif node.util_count == 0:
         verdicts.append((Tier.UNHEALTHY, "no utilisation series reported"))
     if mean_util >= policy.hot_util_percent:
-        verdicts.append((Tier.HOT, f"mean GPU util {mean_util:.0f}% ≥ {policy.hot_util_percent:g}%"))
+        verdicts.append((Tier.HOT, f"{busy_what} {mean_util:.0f}% ≥ {policy.hot_util_percent:g}%{busy_why}"))
     elif mean_util >= policy.warm_util_percent:
-        verdicts.append((Tier.WARM, f"mean GPU util {mean_util:.0f}% ≥ {policy.warm_util_percent:g}%"))
-    if memory_fraction is not None:  # unknown memory makes no verdict
+        verdicts.append((Tier.WARM, f"{busy_what} {mean_util:.0f}% ≥ {policy.warm_util_percent:g}%{busy_why}"))
+    # Unknown memory makes no verdict; nor does a model server's preallocated KV cache (vLLM takes
+    # 90 % of the framebuffer whatever its load): its load has spoken for it.
+    if memory_fraction is not None and not (work is not None and work.covers_all_pods):
         if memory_fraction >= policy.hot_memory_fraction:
             verdicts.append((Tier.HOT, f"GPU memory {memory_fraction:.0%} used ≥ {policy.hot_memory_fraction:.0%}"))
         elif memory_fraction >= policy.warm_memory_fraction:
@@ -117,7 +168,7 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         gpus=node.allocatable_gpus if node.allocatable_gpus is not None else node.gpus,
         gpus_allocated=_allocated(node),
         gpu_util=mean_util,
-        max_gpu_util=node.util_max,
+        max_gpu_util=node.util_max if work is None else work.peak,
         memory_used_fraction=memory_fraction,
         max_temperature_c=temperature,
         power_w=node.power_w,

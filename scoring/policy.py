@@ -251,18 +251,29 @@ class ServingServer:
     """Seconds per unit of the latency metric (Triton counts microseconds: 1e-6)."""
     latency_name: str = "latency"
     """What the latency is, for reasons and `status` (TTFT, end-to-end, queue time)."""
+    kv_usage_metric: str = ""
+    """A gauge of the KV cache's used share, 0–1: with `runningMetric`, the replica's load (how
+    much of its batch and cache the work fills), which a duty cycle cannot show."""
+    running_metric: str = ""
+    """A gauge of requests in the running batch, held against the target's `maxRunning`."""
 
 
 DEFAULT_SERVERS = (
-    ServingServer("vllm", "vllm:num_requests_waiting", "vllm:time_to_first_token_seconds", latency_name="TTFT"),
-    ServingServer("sglang", "sglang:num_queue_reqs", "sglang:time_to_first_token_seconds", latency_name="TTFT"),
-    ServingServer("tgi", "tgi_queue_size", "tgi_request_duration", latency_name="end-to-end"),
+    ServingServer("vllm", "vllm:num_requests_waiting", "vllm:time_to_first_token_seconds", latency_name="TTFT",
+                  kv_usage_metric="vllm:kv_cache_usage_perc", running_metric="vllm:num_requests_running"),
+    ServingServer("sglang", "sglang:num_queue_reqs", "sglang:time_to_first_token_seconds", latency_name="TTFT",
+                  kv_usage_metric="sglang:token_usage", running_metric="sglang:num_running_reqs"),
+    ServingServer("tgi", "tgi_queue_size", "tgi_request_duration", latency_name="end-to-end",
+                  running_metric="tgi_batch_current_size"),
     ServingServer("triton", "nv_inference_pending_request_count", latency_sum_counter="nv_inference_queue_duration_us",
                   latency_count_counter="nv_inference_request_success", latency_unit_seconds=1e-6,
                   latency_name="queue time"),
 )
 """vLLM and SGLang: time to first token; TGI: end-to-end request duration (it exports no TTFT);
-Triton: mean queue time from its default counters (it exports no latency histogram by default)."""
+Triton: mean queue time from its default counters (it exports no latency histogram by default).
+KV-cache use and the running batch as vLLM v1 (`vllm:kv_cache_usage_perc`; v0 called it
+`vllm:gpu_cache_usage_perc`), SGLang (`sglang:token_usage`) and TGI (batch size only) name them
+(the samples in `shared/real_exporters/`)."""
 
 
 @dataclass(frozen=True)
@@ -278,6 +289,10 @@ class ServingTarget:
     """The latency figure at or above which a replica misses its target."""
     queue_depth: float = 16.0
     """Requests waiting at or above which a replica misses its target."""
+    max_running: float = 256.0
+    """The server's running-batch limit (vLLM's `--max-num-seqs`, 256 by default in its engine
+    arguments; SGLang and TGI size theirs from memory: set it per target). Running plus waiting
+    requests over it is the replica's batch load."""
 
 
 @dataclass(frozen=True)
@@ -422,13 +437,13 @@ def _validate_serving(serving: ServingPolicy, warm_fraction: float) -> None:
                  "latencySumCounter and latencyCountCounter go together")
         _require(server.latency_unit_seconds > 0, f"serving.servers[{i}].latencyUnitSeconds", "must be positive")
         for metric in (server.queue_metric, server.latency_histogram, server.latency_sum_counter,
-                       server.latency_count_counter):
+                       server.latency_count_counter, server.kv_usage_metric, server.running_metric):
             _require(not metric or re.fullmatch(r"[A-Za-z_:][A-Za-z0-9_:]*", metric) is not None,
                      f"serving.servers[{i}]", f"{metric!r} is not a Prometheus metric name")
     for i, target in enumerate((*serving.targets, serving.default_target)):
         where = f"serving.targets[{i}]" if i < len(serving.targets) else "serving.defaultTarget"
-        _require(target.latency_seconds > 0 and target.queue_depth > 0, where,
-                 "latencySeconds and queueDepth must be positive")
+        _require(target.latency_seconds > 0 and target.queue_depth > 0 and target.max_running > 0, where,
+                 "latencySeconds, queueDepth and maxRunning must be positive")
         _require(not target.server or target.server in names, f"{where}.server", f"no server named {target.server!r}")
 
 

@@ -28,6 +28,9 @@ cause: a quarter, well beyond the scatter of equally loaded replicas."""
 JOINS = ("pod_node", "pod_workload")
 """The row sets that join serving pods to nodes and workloads through kube-state-metrics."""
 
+FIGURES = ("queue", "latency", "kv", "running")
+"""The row sets of each server's own figures (`<figure>:<server>`)."""
+
 _POD = "namespace, pod"
 _BY_POD = f"{_POD}, {', '.join(NODE_LABELS)}"
 
@@ -49,6 +52,28 @@ class ServingReplica:
     """The pod's `placement.workloadLabel` value, else its name less the ReplicaSet's two suffixes."""
     peer_pressure: float | None = None
     """The median `pressure` of the same workload's replicas on other nodes; None without any."""
+    kv_usage: float | None = None
+    """The KV cache's used share now, 0–1; None when the server exports none."""
+    running: float | None = None
+    """Requests in the running batch now; None when the server exports none."""
+
+    @property
+    def load(self) -> float | None:
+        """How full the work keeps the replica, 0–1 and beyond: the larger of its KV cache's used
+        share and its running plus waiting requests over the batch limit (`maxRunning`). It grows
+        with the work where a duty cycle reads ~100 % from one request (bench/replica_signals.py);
+        None when the server reports neither figure."""
+        if self.kv_usage is None and self.running is None:
+            return None
+        batch = (self.running + (self.queue or 0.0)) / self.target.max_running if self.running is not None else 0.0
+        return max(self.kv_usage or 0.0, batch)
+
+    def describe_load(self) -> str:
+        """e.g. "inference/chat-7 KV 95 %, 250 running + 10 waiting of 256"."""
+        parts = [] if self.kv_usage is None else [f"KV {self.kv_usage:.0%}"]
+        if self.running is not None:
+            parts.append(f"{self.running:.0f} running + {self.queue or 0:.0f} waiting of {self.target.max_running:g}")
+        return f"{self.namespace}/{self.pod} " + ", ".join(parts)
 
     @property
     def node_bound(self) -> bool:
@@ -102,8 +127,9 @@ def latency_expression(server: ServingServer, matchers: str, *, quantile: float,
     return f"({total} / {count}){scale}"
 
 
-def queue_expression(server: ServingServer, matchers: str) -> str:
-    return f"max by ({_BY_POD}) ({selector(server.queue_metric, matchers)})"
+def gauge_expression(metric: str, matchers: str) -> str:
+    """Per pod, a gauge's value now (the largest where a pod exports it more than once)."""
+    return f"max by ({_BY_POD}) ({selector(metric, matchers)})"
 
 
 def _any_serving_series(policy: ServingPolicy, matchers: str) -> str:
@@ -116,8 +142,10 @@ def serving_queries(policy: ServingPolicy, matchers: str, workload_label: str) -
     and the joins to node (`pod_node`) and workload label (`pod_workload`)."""
     queries: dict[str, str] = {}
     for server in policy.servers:
-        if server.queue_metric:
-            queries[f"queue:{server.name}"] = queue_expression(server, matchers)
+        for kind, metric in (("queue", server.queue_metric), ("kv", server.kv_usage_metric),
+                             ("running", server.running_metric)):
+            if metric:
+                queries[f"{kind}:{server.name}"] = gauge_expression(metric, matchers)
         if server.latency_histogram or server.latency_sum_counter:
             queries[f"latency:{server.name}"] = latency_expression(
                 server, matchers, quantile=policy.quantile, window_seconds=policy.window_seconds)
@@ -162,7 +190,7 @@ def replicas_from_rows(rows: Mapping[str, Sequence[Series]], policy: ServingPoli
                  if (key := _pod_key(row)) and row.labels.get(workload_name)}
     figures: dict[tuple[str, str, str], dict[str, float]] = {}
     for server in policy.servers:
-        for kind in ("queue", "latency"):
+        for kind in FIGURES:
             for row in rows.get(f"{kind}:{server.name}", ()):
                 if (key := _pod_key(row)) is None or math.isnan(row.value) or math.isinf(row.value):
                     continue
@@ -182,7 +210,8 @@ def replicas_from_rows(rows: Mapping[str, Sequence[Series]], policy: ServingPoli
         target = target_for(policy, server=name, namespace=namespace, workload=workload)
         per_node.setdefault(node, []).append(ServingReplica(
             namespace, pod, name, values.get("queue"), values.get("latency"),
-            latency_label(by_server[name], policy.quantile), target, workload or workload_of_pod(pod)))
+            latency_label(by_server[name], policy.quantile), target, workload or workload_of_pod(pod),
+            kv_usage=values.get("kv"), running=values.get("running")))
     return with_peers(per_node)
 
 
@@ -250,7 +279,8 @@ def serving_window_queries(policy: ServingPolicy, matchers: str, *, window_secon
             queries[f"latency:{server.name}"] = f"quantile_over_time({quantile:g}, ({latency}){span})"
             queries[f"samples:{server.name}"] = f"count_over_time(({latency}){span})"
         if server.queue_metric:
-            queries[f"queue:{server.name}"] = f"quantile_over_time({quantile:g}, ({queue_expression(server, matchers)}){span})"
+            queue = gauge_expression(server.queue_metric, matchers)
+            queries[f"queue:{server.name}"] = f"quantile_over_time({quantile:g}, ({queue}){span})"
     return queries
 
 

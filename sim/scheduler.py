@@ -400,7 +400,10 @@ def _scores(pod: Mapping[str, Any], need: Counter, feasible: list[NodeState], no
                               else {n.name: 0 for n in feasible}),
         "InterPodAffinity": pod_affinity.scores(feasible),
         "NodeResourcesFit": {n.name: _least_allocated(n, non_zero, resources) for n in feasible},
-        "BalancedAllocation": {n.name: _balanced(n, need, resources) for n in feasible},
+        # A pod requesting none of the scored resources is skipped (kube-scheduler issue #129138):
+        # otherwise best-effort pods all pile onto the most balanced node.
+        "BalancedAllocation": {n.name: _balanced(n, need, resources) if any(need[r] for r in resources) else 0
+                               for n in feasible},
         "ImageLocality": {n.name: _image_locality(pod, n, holders, len(nodes)) for n in feasible},
     }
     return out

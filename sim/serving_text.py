@@ -37,6 +37,10 @@ class ServedReplica:
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
     node: str = ""
     """When set, the series carry a `node` label, as a PodMonitor relabelling the pod's node writes it."""
+    kv_usage: float | None = None
+    """The KV cache's used share, 0–1 (vLLM, SGLang); rendered only when set."""
+    running: float | None = None
+    """Requests in the running batch (vLLM, SGLang, TGI); rendered only when set."""
 
 
 def _labels(replica: ServedReplica, own: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -69,6 +73,15 @@ _HISTOGRAM_SERVERS = (
 )
 """(server, queue gauge and its help, latency histogram and its help, its buckets), as each writes them."""
 
+_LOAD_GAUGES = (
+    ("vllm", "kv_usage", "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+    ("vllm", "running", "vllm:num_requests_running", "Number of requests in model execution batches."),
+    ("sglang", "kv_usage", "sglang:token_usage", "The token usage"),
+    ("sglang", "running", "sglang:num_running_reqs", "The number of running requests"),
+    ("tgi", "running", "tgi_batch_current_size", "Current batch size"),
+)
+"""(server, figure, gauge, its help): the load gauges as vLLM v1, SGLang and TGI write them."""
+
 
 def _histogram(name: str, help_text: str, buckets: Sequence[float], replicas: Sequence[ServedReplica],
                own: OwnLabels, elapsed: float) -> list[str]:
@@ -100,6 +113,11 @@ def render_serving(replicas: Sequence[ServedReplica], elapsed_seconds: float) ->
             own = _OWN[server]
             lines += _gauge(queue, queue_help, "gauge", ((_labels(r, own(r)), float(r.queue)) for r in served))
             lines += _histogram(histogram, histogram_help, buckets, served, own, elapsed)
+            for gauge_server, figure, name, help_text in _LOAD_GAUGES:
+                rows = [(_labels(r, own(r)), float(getattr(r, figure))) for r in served
+                        if gauge_server == server and getattr(r, figure) is not None]
+                if rows:
+                    lines += _gauge(name, help_text, "gauge", rows)
     if triton := by_server["triton"]:
         own = _OWN["triton"]
         lines += _gauge("nv_inference_request_success", "Number of successful inference requests, all batch sizes",

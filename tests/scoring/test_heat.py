@@ -96,3 +96,44 @@ def test_a_vanished_node_is_listed_as_unhealthy():
 def test_old_or_empty_telemetry_is_stale(age, nodes, stale):
     snapshot = ClusterSnapshot(taken_at=NOW, nodes=(node(gpu(0)),)[:nodes], newest_sample_at=NOW - age)
     assert fleet_heat(snapshot, POLICY, now=NOW, staleness_limit_seconds=60).stale is stale
+
+
+def _llm_node(name: str, kv_usage: float | None, running: float | None, waiting: float = 0.0) -> NodeTelemetry:
+    """Eight GPUs as a vLLM fleet shows them: each a one-GPU replica with its KV cache preallocated
+    (90 % of the framebuffer) and its duty cycle saturated by any request in flight."""
+    from scoring.policy import ServingTarget
+    from scoring.serving import ServingReplica
+
+    samples = [replace(gpu(i, util=97.0, used=73_728.0, free=8_192.0, pod=PodRef("chat", f"{name}-r{i}")), node=name)
+               for i in range(8)]
+    (telemetry,) = build_snapshot(aggregate_samples(samples), taken_at=NOW).nodes
+    replicas = tuple(ServingReplica("chat", f"{name}-r{i}", "vllm", queue=waiting, latency_seconds=None,
+                                    latency_label="TTFT p95", target=ServingTarget(), workload="chat",
+                                    kv_usage=kv_usage, running=running) for i in range(8))
+    return replace(telemetry, serving=replicas)
+
+
+def test_on_an_llm_fleet_the_servers_load_not_the_duty_cycle_says_how_busy_a_node_is():
+    light, heavy = _llm_node("light", kv_usage=0.05, running=6), _llm_node("heavy", kv_usage=0.95, running=250)
+    batch_bound = _llm_node("batch", kv_usage=0.10, running=256, waiting=40)
+    assert node_heat(light, POLICY).tier is Tier.COOL and node_heat(light, POLICY).gpu_util == pytest.approx(5.0)
+    hot = node_heat(heavy, POLICY)
+    assert hot.tier is Tier.HOT and "serving load 98% ≥ 80% (chat/heavy-r" in hot.reasons[0], hot.reasons
+    assert "KV 95%, 250 running + 0 waiting of 256" in hot.reasons[0]
+    assert node_heat(batch_bound, POLICY).tier is Tier.HOT, "a full batch with a queue is load, whatever the cache"
+    assert not any("memory" in r for r in node_heat(light, POLICY).reasons), "a preallocated cache is not pressure"
+    # Without the servers' load figures: every node reads hot on duty cycle and memory, as before.
+    for telemetry in (light, heavy):
+        blind = replace(telemetry, serving=tuple(replace(r, kv_usage=None, running=None) for r in telemetry.serving))
+        assert node_heat(blind, POLICY).tier is Tier.HOT
+        assert {r.split(" ")[0] for r in node_heat(blind, POLICY).reasons} >= {"mean", "GPU"}
+
+
+def test_a_replica_reporting_load_stands_in_only_for_its_own_gpus():
+    telemetry = _llm_node("mixed", kv_usage=0.0, running=0)
+    # Half the replicas report no load: their GPUs keep their duty cycle (97 %).
+    serving = tuple(r if i < 4 else replace(r, kv_usage=None, running=None) for i, r in enumerate(telemetry.serving))
+    heat = node_heat(replace(telemetry, serving=serving), POLICY)
+    assert heat.gpu_util == pytest.approx(48.5) and heat.max_gpu_util == pytest.approx(97.0)
+    assert heat.tier is Tier.WARM and heat.reasons == ("GPU memory 90% used ≥ 75%",), \
+        "the replicas without load figures keep their framebuffer's say"

@@ -26,7 +26,11 @@ def replica(pod, latency, *, queue=0.0, namespace="inference", target=TARGET, wo
 def test_every_server_gets_a_queue_and_a_latency_query_and_the_joins_find_node_and_workload():
     queries = serving_queries(SERVING, 'cluster="prod"', "app.kubernetes.io/name")
     assert set(queries) == {f"{kind}:{s}" for kind in ("queue", "latency") for s in ("vllm", "sglang", "tgi", "triton")
-                            } | {"pod_node", "pod_workload"}
+                            } | {"kv:vllm", "kv:sglang", "running:vllm", "running:sglang", "running:tgi",
+                                 "pod_node", "pod_workload"}
+    assert queries["kv:vllm"] == 'max by (namespace, pod, node, kubernetes_node, nodename) ' \
+                                 '(vllm:kv_cache_usage_perc{cluster="prod"})'
+    assert "tgi_batch_current_size" in queries["running:tgi"] and "kv:tgi" not in queries
     assert "histogram_quantile(0.95" in queries["latency:vllm"] and "vllm:time_to_first_token_seconds_bucket" in queries[
         "latency:vllm"]
     assert "nv_inference_queue_duration_us" in queries["latency:triton"] and "1e-06" in queries["latency:triton"]

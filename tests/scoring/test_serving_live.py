@@ -7,6 +7,8 @@ import time
 from dataclasses import replace
 from datetime import datetime, timezone
 
+import pytest
+
 from scoring.heat import SLOW_SERVING, Tier, fleet_heat
 from scoring.policy import ServingTarget, default_policy
 from scoring.prometheus import connect, read_serving_window, read_snapshot
@@ -141,3 +143,108 @@ def test_a_per_workload_target_is_applied_through_kube_pod_labels(fake_dcgm, pro
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_on_an_llm_fleet_advice_follows_the_servers_load_where_the_duty_cycle_cannot_tell_nodes_apart(prometheus):
+    """Two 8-GPU nodes, each with six one-GPU vLLM replicas as a real fleet shows them (97 % duty
+    cycle, 90 % of the framebuffer preallocated) and two GPUs free. One node's replicas hold 5 % of
+    their KV cache and 6 requests, the other's 92 % and 240. Read through a real Prometheus: on DCGM
+    alone the two nodes look the same (equal scores: which comes first is a tie broken by name);
+    with the servers' load figures the loaded node is warm, scores far lower, and the light one is
+    advised first."""
+    from scoring.placement import advise, index_fleet
+    from scoring.telemetry import GpuSample, PodRef
+    from sim.dcgm_text import render_exposition
+
+    load = {"light": (0.05, 6.0), "loaded": (0.92, 240.0)}
+
+    def gpu(node: str, i: int) -> GpuSample:
+        serving = i < 6
+        return GpuSample(node=node, gpu=str(i), uuid=f"GPU-{node}-{i}", model="NVIDIA H100 80GB HBM3",
+                         pci_bus_id=f"00000000:{i + 1:02X}:00.0", util_percent=97.0 if serving else 0.0,
+                         fb_used_mib=73_728.0 if serving else 512.0, fb_free_mib=8_192.0 if serving else 81_408.0,
+                         temperature_c=62.0, power_w=420.0 if serving else 70.0,
+                         pod=PodRef("chat", f"{node}-llm-{i}") if serving else None)
+
+    gpus = [gpu(node, i) for node in load for i in range(8)]
+    replicas = [ServedReplica("chat", f"{node}-llm-{i}", "vllm", queue=0, mean_latency_seconds=0.1, node=node,
+                              kv_usage=kv, running=running) for node, (kv, running) in load.items() for i in range(6)]
+    dcgm_target, dcgm = serve_dynamic(lambda: render_exposition(gpus))
+    started = time.monotonic()
+    serving_target, serving = serve_dynamic(lambda: render_serving(replicas, time.monotonic() - started + 600))
+    try:
+        prom = prometheus(dcgm_target, serving_target)
+        prom.wait_for("vllm:kv_cache_usage_perc", at_least=12)
+        prom.wait_for("DCGM_FI_DEV_GPU_UTIL", at_least=16)
+        policy = policy_for(prom.url)
+        verdicts = {}
+        for name, serving_on in (("dcgm alone", False), ("with load", True)):
+            judged = replace(policy, serving=replace(policy.serving, enabled=serving_on))
+            fleet = fleet_heat(read_snapshot(connect(judged.prometheus), judged), judged.heat,
+                               now=datetime.now(timezone.utc), staleness_limit_seconds=120)
+            index = index_fleet(fleet)
+            advice = advise(index, gpus_requested=1, pending_gpus={}, policy=judged.placement)
+            verdicts[name] = ({n.name: n.tier for n in fleet.nodes}, {node: base for base, _, node in index.ranked},
+                              [p.node for p in advice.preferred])
+        tiers, scores, _ = verdicts["dcgm alone"]
+        assert tiers["light"] == tiers["loaded"] and scores["light"] == pytest.approx(scores["loaded"]), verdicts
+        tiers, scores, preferred = verdicts["with load"]
+        assert tiers == {"light": Tier.COOL, "loaded": Tier.WARM}, verdicts
+        assert scores["light"] > 2 * scores.get("loaded", 0.0) and preferred[0] == "light", verdicts
+    finally:
+        for server in (dcgm, serving):
+            server.shutdown()
+            server.server_close()
+
+
+# Real model-server output (tests/fixtures/real_exporters, provenance in its README): each file's
+# KV-cache share, running batch and queue as the file states them.
+REAL_SERVERS = {
+    "vllm-docs-design-metrics-gpu-unstated-llama31-8b-v1-running8.txt": ("vllm", None, 8.0, None),
+    "cncf-ai-conformance-kops-l4-vllm-v1-idle.txt": ("vllm", 0.0, 0.0, 0.0),
+    "sglang-docs-gpu-unstated-llama31-8b-loaded.txt": ("sglang", 0.28, 162.0, 2826.0),
+    "sglang-issue-13485-gpu-unstated-qwen32b-one-running.txt": ("sglang", 0.0, 1.0, None),
+}
+
+
+def test_real_model_servers_text_reads_into_load(prometheus):
+    """Each real scrape, served as a PodMonitor would label it (namespace, pod, node), beside a
+    dcgm-exporter GPU naming the same pod: its KV share, running batch and queue are read as
+    written, and its load follows. The loaded SGLang (162 running, 2,826 queued) has only 28 % of
+    its KV cache in use: the batch, not the cache, says it is full."""
+    from gpu_balancer.local_prometheus import ScrapeTarget
+    from scoring.telemetry import GpuSample, PodRef
+    from sim.dcgm_text import render_exposition
+    from tests.conftest import FIXTURES
+
+    pods = {name: (f"node-{i}", f"server-{i}") for i, name in enumerate(REAL_SERVERS)}
+    gpus = [GpuSample(node=node, gpu="0", uuid=f"GPU-{i}", model="NVIDIA H100 80GB HBM3", util_percent=97.0,
+                      fb_used_mib=73_728.0, fb_free_mib=8_192.0, pod=PodRef("chat", pod))
+            for i, (node, pod) in enumerate(pods.values())]
+    servers, targets = [], []
+    for name, (node, pod) in pods.items():
+        address, server = serve_dynamic(lambda name=name: (FIXTURES / "real_exporters" / name).read_text())
+        servers.append(server)
+        targets.append(ScrapeTarget(address, {"namespace": "chat", "pod": pod, "node": node}))
+    dcgm_target, dcgm = serve_dynamic(lambda: render_exposition(gpus))
+    servers.append(dcgm)
+    try:
+        prom = prometheus(dcgm_target, *targets)
+        prom.wait_for('{__name__=~"vllm:num_requests_running|sglang:num_running_reqs"}', at_least=len(pods))
+        prom.wait_for("DCGM_FI_DEV_GPU_UTIL", at_least=len(pods))
+        snapshot = read_snapshot(connect(policy_for(prom.url).prometheus), policy_for(prom.url))
+        seen = {r.pod: r for node in snapshot.nodes for r in node.serving}
+        for name, (server, kv, running, queue) in REAL_SERVERS.items():
+            replica = seen[pods[name][1]]
+            assert (replica.server, replica.kv_usage, replica.running, replica.queue) == (server, kv, running, queue), name
+        loaded = seen[pods["sglang-docs-gpu-unstated-llama31-8b-loaded.txt"][1]]
+        assert loaded.load == pytest.approx((162 + 2826) / 256) and loaded.kv_usage < 0.3
+        assert seen[pods["vllm-docs-design-metrics-gpu-unstated-llama31-8b-v1-running8.txt"][1]].load == 8 / 256
+        heat = {n.name: n for n in fleet_heat(snapshot, default_policy().heat, now=datetime.now(timezone.utc),
+                                              staleness_limit_seconds=120).nodes}
+        assert heat[pods["sglang-docs-gpu-unstated-llama31-8b-loaded.txt"][0]].tier is Tier.HOT
+        assert heat[pods["cncf-ai-conformance-kops-l4-vllm-v1-idle.txt"][0]].tier is Tier.COOL, "idle despite 97 % util"
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()

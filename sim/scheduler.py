@@ -257,9 +257,10 @@ def _integer(resource: str, amount: float) -> int:
 
 
 def _allocation(node: NodeState, need: Counter, resources: tuple[str, ...], *,
-                non_zero: bool) -> list[tuple[int, int]]:
-    """(requested with the pod, allocatable) per scored resource, in the plugins' integer units;
-    an extended resource the pod does not ask for, or one the node lacks, is not scored."""
+                non_zero: bool, with_pod: bool = True) -> list[tuple[int, int]]:
+    """(requested with the pod — or without, for the balance before it — and allocatable) per
+    scored resource, in the plugins' integer units; an extended resource the pod does not ask
+    for, or one the node lacks, is not scored."""
     out = []
     for r in resources:
         if _extended(r) and need[r] == 0:
@@ -268,7 +269,7 @@ def _allocation(node: NodeState, need: Counter, resources: tuple[str, ...], *,
         if capacity == 0:
             continue
         base = node.non_zero_requested if non_zero and r in ("cpu", "memory") else node.requested
-        out.append((_integer(r, base[r] + need[r]), capacity))
+        out.append((_integer(r, base[r] + (need[r] if with_pod else 0)), capacity))
     return out
 
 
@@ -278,9 +279,9 @@ def _least_allocated(node: NodeState, need: Counter, resources: tuple[str, ...])
     return sum(scores) // len(scores) if scores else 0
 
 
-def _balanced(node: NodeState, need: Counter, resources: tuple[str, ...]) -> int:
-    fractions = [min(1.0, requested / capacity)
-                 for requested, capacity in _allocation(node, need, resources, non_zero=False)]
+def _balance(pairs: list[tuple[int, int]]) -> int:
+    """How evenly the resources are used, 0–100: (1 − the fractions' standard deviation) × 100."""
+    fractions = [min(1.0, requested / capacity) for requested, capacity in pairs]
     if len(fractions) == 2:
         deviation = abs(fractions[0] - fractions[1]) / 2
     elif len(fractions) > 2:
@@ -289,6 +290,14 @@ def _balanced(node: NodeState, need: Counter, resources: tuple[str, ...]) -> int
     else:
         deviation = 0.0
     return int((1 - deviation) * MAX_SCORE)
+
+
+def _balanced(node: NodeState, need: Counter, resources: tuple[str, ...]) -> int:
+    """kube-scheduler v1.37's BalancedAllocation: the balance with the pod against without it,
+    brought into [50, 100] (`balancedResourceScorer`; Go's integer division truncates)."""
+    change = (MAX_SCORE // 2 + _balance(_allocation(node, need, resources, non_zero=False))
+              - _balance(_allocation(node, need, resources, non_zero=False, with_pod=False)))
+    return MAX_SCORE // 2 + int(change / 2)
 
 
 def _image_locality(pod: Mapping[str, Any], node: NodeState, holders: Mapping[str, int], nodes: int) -> int:

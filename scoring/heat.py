@@ -96,9 +96,10 @@ def work_load(node: NodeTelemetry) -> WorkLoad | None:
     loaded = {(r.namespace, r.pod): r for r in node.serving if r.load is not None}
     if not loaded or not node.util_count:
         return None
-    busy_sum, peaks, counted, held = node.util_sum, [], [], 0
+    busy_sum, peaks, counted, held, held_util = node.util_sum, [], [], 0, 0.0
     for pod in node.pods:
         held += pod.gpus
+        held_util += pod.util_percent * pod.gpus
         replica = loaded.get((pod.namespace, pod.name))
         if replica is None:
             peaks.append(pod.util_percent)
@@ -111,7 +112,7 @@ def work_load(node: NodeTelemetry) -> WorkLoad | None:
         return None
     unheld = node.util_count - held
     if unheld > 0:
-        peaks.append(max(0.0, node.util_sum - sum(p.util_percent * p.gpus for p in node.pods)) / unheld)
+        peaks.append(max(0.0, node.util_sum - held_util) / unheld)
     return WorkLoad(max(0.0, busy_sum) / node.util_count, max(peaks),
                     tuple(sorted(counted, key=lambda r: -r.load)), len(counted) == len(node.pods))
 

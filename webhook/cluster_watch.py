@@ -49,7 +49,7 @@ OPTIONAL_RETRY_SECONDS = 300.0
 """How often an absent DRA API (404) or grant (403) is asked about again."""
 
 
-# What the view never reads of a node and a real API server sends with it.
+# What the view never reads of a node (or a DRA object) and a real API server sends with it.
 _UNREAD_NODE_FIELDS = (("metadata", "managedFields"), ("status", "images"), ("status", "volumesAttached"),
                        ("status", "volumesInUse"))
 
@@ -64,7 +64,6 @@ def slim(obj: dict[str, Any]) -> dict[str, Any]:
     if "containers" not in spec:  # not a pod
         for part, key in _UNREAD_NODE_FIELDS:
             as_dict(obj.get(part)).pop(key, None)
-        metadata.pop("managedFields", None)
         return obj
     booking = as_dict(metadata.get("annotations")).get(BOOKING_ANNOTATION)
     kept_metadata = {key: metadata[key] for key in ("name", "namespace", "resourceVersion") if key in metadata}

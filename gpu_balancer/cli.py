@@ -485,6 +485,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise UsageError(str(error.args[0])) from None
     except PolicyError as error:
         raise UsageError(f"scenario {args.scenario_file}: {error}") from None
+    if args.contention_scale is not None:
+        if not 0 <= args.contention_scale <= 10:
+            raise UsageError(f"--contention-scale: {args.contention_scale:g} is out of range (0 to 10)")
+        scenario = replace(scenario, contention=replace(scenario.contention, scale=args.contention_scale))
     if args.seeds is not None:
         return _simulate_seeds(args, scenario)
     if args.report:
@@ -737,6 +741,9 @@ def build_parser() -> argparse.ArgumentParser:
     seed.add_argument("--seed", type=count(0, 2**32 - 1), default=11)
     seed.add_argument("--seeds", metavar="A-B|N", help="run every seed A..B (or 1..N) and report mean and range")
     simulate.add_argument("--output", choices=("table", "json"), default="table")
+    simulate.add_argument("--contention-scale", type=float, metavar="X",
+                          help="multiply every contention channel of the serving world by X (0: placement "
+                               "cannot change latency); overrides the scenario's contention.scale")
     simulate.add_argument("--report", help="directory for report.html (pictures inlined), the PNGs and summary.md")
     simulate.set_defaults(handler=cmd_simulate)
 

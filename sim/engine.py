@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from descheduler.cluster import namespace_object
 from scoring.claims import book_from_objects, class_of, class_resource
 from scoring.policy import OptInPolicy, PlacementPolicy
+from sim.llm import world as serving_world
+from sim.llm.world import ServingState, ServingWorld
 from sim.scenario import PoolShape, Scenario
 from sim.scheduler import IMAGE_SIZE_ANNOTATION, NO_CONTEXT, ClusterContext, NodeState, claimed_devices, pod_key
 
@@ -81,6 +83,8 @@ class SimPod:
     """Share of a fully busy GPU it serves, per GPU."""
     claimed_units: int = 0
     """GPU units its ResourceClaim asks for (DRA fleets; device-plugin pods say so in their limits)."""
+    ready_at: float = 0.0
+    """Seconds of simulated time from which it serves (the serving world: after pull, load and start)."""
 
 
 @dataclass
@@ -113,12 +117,17 @@ class World:
     jobs: dict[str, dict] = field(default_factory=dict)
     units: dict[str, int] = field(default_factory=dict)
     """Schedulable GPU units per node: GPUs, or MIG instances on a MIG pool."""
-    serving: list[dict[str, tuple[str, float, float]]] = field(default_factory=list)
-    """Per tick, when replicas export serving series: pod key → (node, requests waiting, TTFT p95 in s)."""
+    serving: list[dict[str, ServingState]] = field(default_factory=list)
+    """Per tick, when replicas export serving series: pod key → what their server reports."""
     context: ClusterContext = NO_CONTEXT
     """The claim templates of a DRA fleet, for the scheduler model's DynamicResources."""
     templates: dict[tuple[str, str], dict] = field(default_factory=dict)
     """(namespace, name) → ResourceClaimTemplate object, for the listing (`cluster_objects`)."""
+    seed: int = 0
+    gpu_readings: list[dict[str, dict[int, tuple[float, float]]]] = field(default_factory=list)
+    """Per tick in the serving world: node → GPU index → (FB used MiB, power W) as exported."""
+    llm: ServingWorld = field(default_factory=ServingWorld)
+    """The serving world's own state (unused while `scenario.llm` is off)."""
 
     @property
     def dra(self) -> bool:
@@ -194,7 +203,7 @@ def build_world(scenario: Scenario, seed: int) -> World:
             # A MIG instance is a slice of a GPU; its server gets a slice of the host too.
             service.cpu = max(1, service.cpu // service.pool.instances_per_gpu)
             service.memory_gib = max(4, service.memory_gib // service.pool.instances_per_gpu)
-    world = World(scenario, rng, nodes, services, units=units)
+    world = World(scenario, rng, nodes, services, units=units, seed=seed)
     if world.dra:
         _add_templates(world)
     return world
@@ -264,7 +273,7 @@ def service_pod(world: World, service: Service) -> SimPod:
                              "name": f"{service.name}-{service.template_hash}", "uid": service.name}]},
         "spec": {"containers": [{"name": "server", "image": f"registry.example/{service.name}:1", "resources": {
             "requests": {"cpu": str(service.cpu), "memory": f"{service.memory_gib}Gi"},
-            "limits": {service.pool.resource if service.pool else "nvidia.com/gpu": "1"}}}]},
+            "limits": {service.pool.resource if service.pool else "nvidia.com/gpu": str(_gpus_per_replica(world))}}}]},
         "status": {"phase": "Pending"}}
     if service.pool is not None:
         obj["spec"]["nodeSelector"] = dict(service.pool.labels)
@@ -277,6 +286,11 @@ def service_pod(world: World, service: Service) -> SimPod:
         pod.claimed_units = 1
     world.pods[pod_key(obj)] = pod
     return pod
+
+
+def _gpus_per_replica(world: World) -> int:
+    """One, or the serving world's tensor-parallel degree."""
+    return serving_world.model_of(world).tensor_parallel if world.scenario.llm else 1
 
 
 def training_pods(world: World, job: str, workers: int, gpus: int) -> list[SimPod]:
@@ -308,6 +322,11 @@ def bind(world: World, pod: SimPod, node: str) -> None:
     pod.node = node
     pod.obj["spec"]["nodeName"] = node
     pod.obj["status"]["phase"] = "Running"
+    if world.scenario.llm and pod.service is not None:
+        image_bytes = world.services[pod.service].image_bytes
+        startup = serving_world.ready_seconds(world, pod, node, image_bytes)
+        # The fleet at the first tick was serving before the simulated window opened.
+        pod.ready_at = world.now_seconds + startup if world.tick else 0.0
     world.nodes[node].bind(pod.obj, claimed_devices(pod.obj, world.context) if world.dra else None)
 
 
@@ -387,7 +406,9 @@ def step_workloads(world: World) -> None:
         if rng.random() < inf.rollouts_per_service_per_day / (24 * ticks_per_hour):
             service.template_hash = f"{rng.getrandbits(32):08x}"[:9]
         stale = [p for p in running if p.obj["metadata"]["labels"]["pod-template-hash"] != service.template_hash]
-        if stale:  # rolling update: one surge pod in, one old pod out per tick
+        if stale and sc.llm:
+            _roll_when_ready(world, service, stale)
+        elif stale:  # rolling update: one surge pod in, one old pod out per tick
             service_pod(world, service)
             delete_pod(world, stale[0])
     ev = sc.events
@@ -419,8 +440,22 @@ def step_workloads(world: World) -> None:
             del world.jobs[job]
 
 
+def _roll_when_ready(world: World, service: Service, stale: list[SimPod]) -> None:
+    """A Deployment's rollout at maxSurge 1, maxUnavailable 0: an old pod goes once every pod,
+    the new one among them, is ready; the next new pod comes once none is starting."""
+    pods = [p for p in world.pods.values() if p.service == service.name]
+    current = [p for p in pods if p.obj["metadata"]["labels"]["pod-template-hash"] == service.template_hash]
+    retired = bool(current) and all(serving_world.is_ready(world, p) for p in pods)
+    if retired:
+        delete_pod(world, stale[0])
+    if len(stale) > retired and all(serving_world.is_ready(world, p) for p in current):
+        service_pod(world, service)
+
+
 def recreate(world: World, pod: SimPod) -> None:
     """An evicted or lost pod: its controller makes a new one (inference) or restarts it (training)."""
+    if world.scenario.llm:
+        serving_world.on_lost(world, pod)
     delete_pod(world, pod)
     if pod.service is not None:
         service_pod(world, world.services[pod.service])
@@ -442,7 +477,10 @@ def gpu_count(pod: SimPod) -> int:
 
 
 def measure(world: World) -> TickSample:
-    """Assign traffic to running replicas, record true utilisation, and model latency."""
+    """Assign traffic to running replicas, record true utilisation, and model latency (in the
+    serving world, `sim.llm.world.measure`)."""
+    if world.scenario.llm:
+        return serving_world.measure(world)
     for service in world.services.values():
         running = world.running(service.name)
         share = demand_now(world, service) / len(running) if running else 0.0
@@ -491,7 +529,7 @@ def measure(world: World) -> TickSample:
                     sensitive_latencies.append((mean_ms * P99_FACTOR, pod.load))
                 if exports:
                     waiting = busy_share * busy_share / (1 - busy_share)
-                    serving[pod_key(pod.obj)] = (name, waiting, mean_ms * P95_FACTOR / 1000)
+                    serving[pod_key(pod.obj)] = ServingState(name, waiting, mean_ms * P95_FACTOR / 1000)
         node_util[name] = 100 * busy / world.units[name]
     world.history.append(node_util)
     world.gpu_util.append(dict(per_gpu))

@@ -25,6 +25,7 @@ from scoring.telemetry import GpuSample, PodRef
 from scoring.workloads import gpu_request
 from scoring.view import BOOKING_ANNOTATION, Binding
 from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
+from sim.llm.world import ServingState, gpu_of_node
 from sim.scheduler import choose, evaluate, pod_key, view_of
 from webhook.admit import decide
 from webhook.cache import telemetry_of
@@ -37,9 +38,15 @@ SERVING_POLICY = "gpu-balancer-serving"
 """gpu-balancer reading the replicas' serving series too; run where the scenario's replicas export them."""
 
 
+SERVING_WORLD_POLICIES = ("stock", "spread", "lownodeutilization-actual", "gpu-balancer", SERVING_POLICY, "oracle")
+"""The serving world's comparison: the peers as their users run them (issue 31's names)."""
+
+
 def policies_for(scenario) -> tuple[str, ...]:
     """The policies a scenario compares: the serving-aware one only where replicas export serving
     series (elsewhere it is gpu-balancer itself, to the last number)."""
+    if scenario.llm:
+        return SERVING_WORLD_POLICIES
     if scenario.inference.serving_metrics:
         return (*POLICIES[:4], SERVING_POLICY, POLICIES[4])
     return POLICIES
@@ -51,6 +58,8 @@ def sim_time(world: World) -> datetime:
 
 def observed_samples(world: World, lag: int = 0) -> list[GpuSample]:
     """Per-GPU readings as an exporter reported them `lag` ticks ago (pods mapped to their GPUs)."""
+    if world.scenario.llm:
+        return _served_samples(world, lag)
     observed = world.gpu_util[-1 - lag]
     samples = []
     for name in observed:
@@ -61,6 +70,27 @@ def observed_samples(world: World, lag: int = 0) -> list[GpuSample]:
                                      model="NVIDIA H100 80GB HBM3", pci_bus_id=f"00000000:{0x18 + index:02X}:00.0",
                                      util_percent=util, fb_used_mib=used, fb_free_mib=81_000 - used,
                                      temperature_c=35 + 0.45 * util, power_w=70 + 6 * util,
+                                     pod=PodRef(*key.split("/", 1)) if key else None))
+    return samples
+
+
+def _served_samples(world: World, lag: int) -> list[GpuSample]:
+    """The serving world's exporter readings: GPU_UTIL from the engine's kernel share, FB_USED
+    from the server's preallocation, power from its activity; a missed scrape has no sample."""
+    observed, readings = world.gpu_util[-1 - lag], world.gpu_readings[-1 - lag]
+    samples = []
+    for name, gpus in observed.items():
+        model = gpu_of_node(world, name).aliases[0]
+        memory_mib = gpu_of_node(world, name).memory_bytes / 2**20
+        for index, reported in gpus.items():
+            if reported is None:
+                continue
+            util, key = reported
+            used, watts = readings[name][index]
+            samples.append(GpuSample(node=name, gpu=str(index), uuid=f"GPU-{name}-{index}", model=model,
+                                     pci_bus_id=f"00000000:{0x18 + index:02X}:00.0", util_percent=util,
+                                     fb_used_mib=used, fb_free_mib=memory_mib - used,
+                                     temperature_c=30 + 0.06 * watts, power_w=watts,
                                      pod=PodRef(*key.split("/", 1)) if key else None))
     return samples
 
@@ -121,17 +151,57 @@ class LowNodeUtilization(Stock):
 
     def deschedule(self, world: World) -> None:
         share = {n: _requested_units(node) / world.units[n] for n, node in world.nodes.items() if n not in world.down}
-        if not any(v < self.low for v in share.values()):
+        evict_from_overutilised(world, share, self.low, self.high, self.per_run, self.rng)
+
+
+def evict_from_overutilised(world: World, share: dict[str, float], low: float, high: float, per_run: int,
+                            rng: random.Random) -> None:
+    """LowNodeUtilization's move: while some node is under `low`, evict a random inference pod
+    from each node over `high`, most utilised first, `per_run` in all."""
+    if not any(v < low for v in share.values()):
+        return
+    evicted = 0
+    for name in sorted(share, key=lambda n: -share[n]):
+        if share[name] <= high or evicted >= per_run:
+            break
+        victims = [p for p in world.pods.values() if p.node == name and p.service is not None]
+        if victims:
+            recreate(world, rng.choice(victims))
+            world.evictions += 1
+            evicted += 1
+
+
+class Spread(Stock):
+    """The stock scheduler with what a platform team writes on every inference Deployment: a
+    hostname `topologySpreadConstraints`, maxSkew 1, ScheduleAnyway, over the app's pods."""
+
+    name = "spread"
+
+    def place(self, world: World, pod: SimPod) -> str | None:
+        spec = pod.obj["spec"]
+        if pod.service is not None and "topologySpreadConstraints" not in spec:
+            spec["topologySpreadConstraints"] = [{
+                "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app": pod.service}}}]
+        return super().place(world, pod)
+
+
+class LowNodeUtilizationActual(Stock):
+    """kubernetes-sigs/descheduler's LowNodeUtilization reading actual utilisation from Prometheus
+    (`metricsUtilization.prometheus`): a node under `low` % of its GPUs' reported utilisation is
+    underutilised, over `high` % overutilised; while both kinds exist, it evicts from the most
+    utilised nodes, `per_run` pods a run. The thresholds are the project README's example (20 / 50
+    on a custom metric) moved to GPU terms: assumption."""
+
+    name = "lownodeutilization-actual"
+    low, high, per_run = 20.0, 70.0, 4
+
+    def deschedule(self, world: World) -> None:
+        lag = math.ceil(world.scenario.telemetry_lag_seconds / world.scenario.tick_seconds)
+        if len(world.history) <= lag:
             return
-        evicted = 0
-        for name in sorted(share, key=lambda n: -share[n]):
-            if share[name] <= self.high or evicted >= self.per_run:
-                break
-            victims = [p for p in world.pods.values() if p.node == name and p.service is not None]
-            if victims:
-                recreate(world, self.rng.choice(victims))
-                world.evictions += 1
-                evicted += 1
+        observed = {n: u for n, u in world.history[-1 - lag].items() if n not in world.down}
+        evict_from_overutilised(world, observed, self.low, self.high, self.per_run, self.rng)
 
 
 class Oracle(Stock):
@@ -153,8 +223,10 @@ class Oracle(Stock):
             same = [v for v in verdicts if world.nodes[v.name].labels["nvidia.com/gpu.clique"] in cliques]
             verdicts = same or verdicts
         expected = pod.load or self._share(world, pod)
-        return min(verdicts, key=lambda v: ((load[v.name] + expected * gpu_count(pod)) / world.units[v.name],
-                                            _requested_units(world.nodes[v.name]), v.name)).name
+        chosen = min(verdicts, key=lambda v: ((load[v.name] + expected * gpu_count(pod)) / world.units[v.name],
+                                              _requested_units(world.nodes[v.name]), v.name)).name
+        pod.load = expected  # booked at once, so the next pod of a burst sees it
+        return chosen
 
     @staticmethod
     def _share(world: World, pod: SimPod) -> float:
@@ -236,22 +308,23 @@ class GpuBalancer(Stock):
         vllm = next(server for server in serving.servers if server.name == "vllm")
         label = latency_label(vllm, serving.quantile)
         per_node: dict[str, list[ServingReplica]] = {}
-        for key, (node, waiting, ttft) in observed.items():
+        for key, state in observed.items():
             namespace, name = key.split("/", 1)
             target = target_for(serving, server="vllm", namespace=namespace, workload="")
-            per_node.setdefault(node, []).append(ServingReplica(namespace, name, "vllm", waiting, ttft, label, target,
-                                                                workload_of_pod(name)))
+            per_node.setdefault(state.node, []).append(ServingReplica(
+                namespace, name, "vllm", state.waiting, state.ttft_p95_s, label, target, workload_of_pod(name),
+                kv_usage=state.kv_usage, running=state.running))
         return with_peers(per_node)
 
-    def _serving_window(self, history: list[dict[str, tuple[str, float, float]]], steps: int,
+    def _serving_window(self, history: list[dict[str, ServingState]], steps: int,
                         snapshot) -> dict[tuple[str, str], SustainedServing]:
         """Per replica in the snapshot, the low quantile of its pressure over the window."""
         out = {}
         for node in snapshot.nodes:
             for replica in node.serving:
                 key = f"{replica.namespace}/{replica.pod}"
-                pressures = sorted(pressure_of(ttft, waiting, replica.target)
-                                   for _, waiting, ttft in (tick[key] for tick in history if key in tick))
+                pressures = sorted(pressure_of(state.ttft_p95_s, state.waiting, replica.target)
+                                   for state in (tick[key] for tick in history if key in tick))
                 if pressures:
                     out[replica.namespace, replica.pod] = SustainedServing(
                         _low(pressures, self.policy.descheduler.low_quantile), len(pressures) / steps)
@@ -352,4 +425,5 @@ def _low(ordered: list[float], quantile: float) -> float:
 def make_policy(name: str, seed: int):
     rng = random.Random(seed * 7 + 3)
     return {"stock": Stock, "stock-gpu-scored": StockGpuScored, "lownodeutilization": LowNodeUtilization,
+            "spread": Spread, LowNodeUtilizationActual.name: LowNodeUtilizationActual,
             "gpu-balancer": GpuBalancer, SERVING_POLICY: GpuBalancerServing, "oracle": Oracle}[name](rng)

@@ -14,12 +14,23 @@ from sim.seeds import aggregate, change_against_stock
 
 METRICS = ("node_util_cov", "max_node_util", "hot_node_minutes", "p99_latency_ms", "p99_at_even_load_ms",
            "evictions", "pending_pods")
-FORMATS = {"node_util_cov": "{:.3f}", "max_node_util": "{:.1f}", "hot_node_minutes": "{:.1f}",
+SERVING_METRICS = ("ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "ttft_p99_at_even_load_ms", "ttft_p50_ms",
+                   "e2e_p99_ms", "node_util_cov", "evictions", "retried_requests_percent", "pending_pods")
+"""The serving world's rows, in this order."""
+FORMATS = {"ttft_p99_ms": "{:.0f}", "ttft_p50_ms": "{:.0f}", "tpot_p99_ms": "{:.1f}", "e2e_p99_ms": "{:.0f}",
+           "slo_attainment": "{:.2%}", "ttft_p99_at_even_load_ms": "{:.0f}", "retried_requests_percent": "{:.3f}","node_util_cov": "{:.3f}", "max_node_util": "{:.1f}", "hot_node_minutes": "{:.1f}",
            "p99_latency_ms": "{:.0f}", "p99_at_even_load_ms": "{:.0f}",
            "p99_sensitive_latency_ms": "{:.0f}", "evictions": "{:.0f}", "pending_pods": "{:.2f}",
            "evictions_per_pod_hour_percent": "{:.2f}", "training_jobs_in_one_clique": "{:.0%}",
            "advice_feasible": "{:.1%}", "advice_followed": "{:.1%}"}
 LABELS = {
+    "ttft_p99_ms": ("TTFT p99 (ms)", "99th percentile of time to first token over every request"),
+    "ttft_p50_ms": ("TTFT p50 (ms)", "median time to first token over every request"),
+    "tpot_p99_ms": ("TPOT p99 (ms)", "99th percentile of time per output token over every request"),
+    "e2e_p99_ms": ("E2E p99 (ms)", "99th percentile of request latency, first byte in to last token out"),
+    "slo_attainment": ("SLO attainment (%)", "requests within both the TTFT and the TPOT target"),
+    "ttft_p99_at_even_load_ms": ("TTFT p99, even (ms)", "TTFT p99 had each pool's contention been its mean"),
+    "retried_requests_percent": ("retried requests (%)", "requests in flight on evicted or lost replicas, sent again"),
     "node_util_cov": ("GPU util CoV (ratio)", "spread of GPU utilisation across nodes (std / mean), time-averaged"),
     "max_node_util": ("hottest node (% util)", "GPU utilisation of the hottest node, time-averaged"),
     "hot_node_minutes": ("hot node-minutes (min)", "minutes nodes spent at or above 80 % GPU utilisation, summed"),
@@ -34,15 +45,19 @@ LABELS = {
     "advice_followed": ("advice followed (%)", "advised pods that bound to one of their preferred nodes"),
 }
 SHORT_NAMES = {"stock-gpu-scored": "gpu-scored", "lownodeutilization": "lownodeutil",
+               "lownodeutilization-actual": "lnu-actual",
                "gpu-balancer-serving": "gb+serving"}
-COMPARED = ("node_util_cov", "hot_node_minutes", "p99_latency_ms", "p99_sensitive_latency_ms")
+COMPARED = ("node_util_cov", "hot_node_minutes", "p99_latency_ms", "p99_sensitive_latency_ms", "ttft_p99_ms",
+            "tpot_p99_ms")
 """Metrics quoted with their change against stock (lower is better for each)."""
 WIDTH = 100
 
 
 def columns(metric_names: set[str]) -> list[str]:
-    """The standard metrics first, then any others (training, advice) in name order."""
-    return list(METRICS) + sorted(metric_names - set(METRICS))
+    """The standard metrics first (the serving world's where it reports them), then any others
+    (training, advice) in name order."""
+    first = SERVING_METRICS if "ttft_p99_ms" in metric_names else METRICS
+    return list(first) + sorted(metric_names - set(first))
 
 
 def as_json(scenario: str, seed: int, results: dict[str, PolicyResult]) -> str:

@@ -94,12 +94,34 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
     }
     if sensitive_latencies:
         metrics["p99_sensitive_latency_ms"] = weighted_quantile(sensitive_latencies, 0.99)
+    if scenario.llm:
+        metrics = _serving_metrics(world, metrics)
+        latencies = world.llm.tally.ttft.samples()
     metrics.update(policy.advice_metrics())
     judged = [job for job in packed_jobs if job in roomy_jobs]
     if judged:
         # Only jobs for which one clique had room for every worker when they arrived count.
         metrics["training_jobs_in_one_clique"] = sum(packed_jobs[j] for j in judged) / len(judged)
     return PolicyResult(metrics, world.history, latencies)
+
+
+SERVING_ONLY_DROPPED = ("p99_latency_ms", "p99_at_even_load_ms", "max_node_util", "hot_node_minutes")
+"""The old world's latency and heat figures, which the serving world replaces with request-level ones."""
+
+
+def _serving_metrics(world, metrics: dict[str, float]) -> dict[str, float]:
+    """The serving world's figures, of requests: TTFT, TPOT and E2E p99, SLO attainment, TTFT p99
+    had each pool's load been even, and the requests retried after evictions."""
+    tally = world.llm.tally
+    out = {k: v for k, v in metrics.items() if k not in SERVING_ONLY_DROPPED}
+    out.update({
+        "ttft_p99_ms": tally.ttft.quantile(0.99), "ttft_p50_ms": tally.ttft.quantile(0.5),
+        "tpot_p99_ms": tally.tpot.quantile(0.99), "e2e_p99_ms": tally.e2e.quantile(0.99),
+        "slo_attainment": tally.within_slo / tally.requests if tally.requests else 1.0,
+        "ttft_p99_at_even_load_ms": tally.ttft_even.quantile(0.99),
+        "retried_requests_percent": 100 * tally.retried / tally.requests if tally.requests else 0.0,
+    })
+    return out
 
 
 def _clique_has_room(world, job: str) -> bool:

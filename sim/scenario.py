@@ -13,6 +13,9 @@ import yaml
 from scoring.policy import PolicyError, decode_fields, yaml_problem
 
 
+DEFAULT_PRODUCT = "NVIDIA-H100-80GB-HBM3"
+
+
 @dataclass(frozen=True)
 class TaintShape:
     key: str = ""
@@ -128,6 +131,61 @@ class Events:
 
 
 @dataclass(frozen=True)
+class ContentionShape:
+    """How a replica's node slows its engine steps, channel by channel (`sim.llm.world`). Each
+    channel's excess is multiplied by `scale`: at 0 where a replica runs cannot change its latency."""
+
+    scale: float = 1.0
+    host_cores_per_replica: float = 2.0
+    """Cores a serving replica keeps busy: vLLM's engine-core process holds one at 100 % and the
+    GIL keeps it to one (vllm-project/vllm #14538: "python gil prevents usage of more than 1 core
+    per process"); the API server and detokeniser take the second: assumption."""
+    training_cores_per_worker: float = 32.0
+    """Cores a training worker keeps busy (its data loaders), its request in this simulator: assumption."""
+    gpu_power_budget_share: float = 0.77
+    """The node's GPU power budget over the GPUs' summed TDP: 1 / 1.3, POLCA's oversubscription
+    (Patel et al., "POLCA: Power Oversubscription in LLM Cloud Providers", 2023: 30 % more servers
+    in the same power for inference)."""
+    power_sensitivity: float = 0.45
+    """Step time lost per share of power over budget: a 14 % cap (700 → 600 W on an H100) costs
+    5–8 % of memory-bound LLM inference throughput (factryze.ai, "Power capping"), 6.5 / 14."""
+    gpus_per_pcie_switch: int = 2
+    """GPUs behind one PCIe switch (a DGX H100 pairs two GPUs per switch with their NICs): assumption."""
+    pcie_penalty: float = 0.05
+    """Step time lost by a replica whose switch also carries a training worker's GPU (its
+    all-reduce traffic through the NICs) or a replica loading its weights: assumption."""
+
+
+@dataclass(frozen=True)
+class ServingShape:
+    """The honest serving world: every inference replica a continuous-batching LLM server
+    (`sim.llm`). Off (the old queue-law world) while `model` is empty."""
+
+    model: str = ""
+    """A model of `sim.llm.hardware` (Llama-3.1-8B, ...); its GPU is the node's `gpu.product`."""
+    prompt_tokens: int = 1020
+    output_tokens: int = 129
+    """Median lengths: Azure's conversation trace (Patel et al., "Splitwise", ISCA 2024: median
+    prompt 1,020 tokens, output 129)."""
+    length_sigma: float = 0.8
+    """Log-normal spread of both lengths: assumption."""
+    ttft_slo_ms: float = 1000.0
+    tpot_slo_ms: float = 100.0
+    """The targets `slo_attainment` holds every request to: assumption."""
+    image_pull_bytes_per_second: float = 200e6
+    """Registry to node, first pod of an image on a node only (cached after): assumption."""
+    weight_load_bytes_per_second: float = 2e9
+    """Weights from storage into GPU memory: assumption."""
+    startup_seconds: float = 30.0
+    """Engine start, CUDA-graph capture and warm-up ("Graph capturing finished in 20-30 secs" in
+    vLLM's start-up log): assumption."""
+    util_noise_percent: float = 2.0
+    """Standard deviation of the exporter's GPU_UTIL around the engine's kernel share: assumption."""
+    missing_scrape_share: float = 0.01
+    """Share of GPU samples a scrape misses: assumption."""
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str = "custom"
     hours: float = 6.0
@@ -143,6 +201,13 @@ class Scenario:
     inference: InferenceShape = field(default_factory=InferenceShape)
     training: TrainingShape = field(default_factory=TrainingShape)
     events: Events = field(default_factory=Events)
+    serving: ServingShape = field(default_factory=ServingShape)
+    contention: ContentionShape = field(default_factory=ContentionShape)
+
+    @property
+    def llm(self) -> bool:
+        """Whether replicas are LLM servers (the honest serving world)."""
+        return bool(self.serving.model)
 
 
 BUILT_IN = {
@@ -168,6 +233,14 @@ BUILT_IN = {
         # measure the autoscaler, not where replicas run (BENCHMARKS.md has the bursty variant).
         inference=InferenceShape(services=40, mean_demand_fraction=0.3, bursts_per_hour=0.0,
                                  latency_sensitive_share=0.5, twin_host_load=1.0, serving_metrics=True)),
+    # The serving world. Parameters from the world, fixed before any run: a 32-node H100 fleet
+    # (the default's), Llama-3.1-8B replicas as most chat fleets serve, Azure's conversation
+    # lengths, the default traffic shape and its autoscaler.
+    "llm-fleet": Scenario(name="llm-fleet", hours=2.0, serving=ServingShape(model="Llama-3.1-8B")),
+    # Inference beside training jobs: the noisy neighbour of GPU clusters (host cores, power, PCIe).
+    "llm-training-mix": Scenario(name="llm-training-mix", hours=2.0, serving=ServingShape(model="Llama-3.1-8B"),
+                                 inference=InferenceShape(services=30, mean_demand_fraction=0.3),
+                                 training=TrainingShape(jobs_per_hour=1.5)),
     "node-failure": Scenario(name="node-failure", hours=4.0,
                              events=Events(node_failures_at_hour=1.5, failed_nodes=3, failure_duration_hours=1.0)),
 }
@@ -195,7 +268,29 @@ def load_scenario(text: str) -> Scenario:
     for path, ok, allowed in _ranges(scenario):
         if not ok:
             raise PolicyError(f"{path}: out of range (allowed: {allowed})")
+    if scenario.llm:
+        _check_serving(scenario)
     return scenario
+
+
+def _check_serving(scenario: Scenario) -> None:
+    """The serving world knows its model and every pool's GPU, and runs whole GPUs only."""
+    from sim.llm.hardware import gpu_of_product, model_named
+
+    try:
+        model_named(scenario.serving.model)
+        for pool in scenario.fleet.pool_shapes():
+            if pool.mig_profile:
+                raise PolicyError(f"fleet.pools: pool {pool.name!r} is MIG; the serving world (serving.model) "
+                                  "models whole GPUs only")
+            gpu_of_product(pool_product(pool))
+    except KeyError as error:
+        raise PolicyError(f"serving.model: {error.args[0]}") from None
+
+
+def pool_product(pool: PoolShape) -> str:
+    """The pool's `nvidia.com/gpu.product` label (the fleet's default H100 where it sets none)."""
+    return pool.labels.get("nvidia.com/gpu.product", DEFAULT_PRODUCT)
 
 
 def _ranges(scenario: Scenario) -> list[tuple[str, bool, str]]:
@@ -242,6 +337,23 @@ def _ranges(scenario: Scenario) -> list[tuple[str, bool, str]]:
         within("events.burstPods", ev.burst_pods, 0, 100_000), within("events.failedNodes", ev.failed_nodes, 0, total_nodes),
         at_least("events.failureDurationHours", ev.failure_duration_hours, 0, strictly=True),
     ]
+    sv, co = scenario.serving, scenario.contention
+    checks += [
+        within("contention.scale", co.scale, 0, 10), within("contention.hostCoresPerReplica", co.host_cores_per_replica, 0, 64),
+        within("contention.trainingCoresPerWorker", co.training_cores_per_worker, 0, 512),
+        within("contention.gpuPowerBudgetShare", co.gpu_power_budget_share, 0, 2, open_low=True),
+        within("contention.powerSensitivity", co.power_sensitivity, 0, 1),
+        within("contention.gpusPerPcieSwitch", co.gpus_per_pcie_switch, 1, 16),
+        within("contention.pciePenalty", co.pcie_penalty, 0, 1),
+        within("serving.promptTokens", sv.prompt_tokens, 1, 100_000), within("serving.outputTokens", sv.output_tokens, 2, 100_000),
+        within("serving.lengthSigma", sv.length_sigma, 0, 2),
+        at_least("serving.ttftSloMs", sv.ttft_slo_ms, 0, strictly=True), at_least("serving.tpotSloMs", sv.tpot_slo_ms, 0, strictly=True),
+        at_least("serving.imagePullBytesPerSecond", sv.image_pull_bytes_per_second, 0, strictly=True),
+        at_least("serving.weightLoadBytesPerSecond", sv.weight_load_bytes_per_second, 0, strictly=True),
+        at_least("serving.startupSeconds", sv.startup_seconds, 0),
+        within("serving.utilNoisePercent", sv.util_noise_percent, 0, 50),
+        within("serving.missingScrapeShare", sv.missing_scrape_share, 0, 0.5),
+    ]
     for i, pool in enumerate(f.pools):
         checks += [within(f"fleet.pools[{i}].nodes", pool.nodes, 1, 2000),
                    within(f"fleet.pools[{i}].gpusPerNode", pool.gpus_per_node, 1, 16),
@@ -258,6 +370,6 @@ def named(name: str) -> Scenario:
     return BUILT_IN[name]
 
 
-__all__ = ["BUILT_IN", "Events", "FleetShape", "InferenceShape", "PoolShape", "PoolShare", "Scenario", "TaintShape",
+__all__ = ["BUILT_IN", "ContentionShape", "Events", "ServingShape", "FleetShape", "InferenceShape", "PoolShape", "PoolShare", "Scenario", "TaintShape",
            "TrainingShape", "load_scenario",
            "named", "replace"]

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from scoring.policy import DEFAULT_SERVERS
+from sim.llm.world import ServingState
 
 SERVERS = tuple(server.name for server in DEFAULT_SERVERS)
 """The servers the policy knows, each rendered here as it writes its metrics."""
@@ -155,9 +156,10 @@ def synthetic_replicas(node_names: Sequence[str], *, replicas: int, server: str,
     return out
 
 
-def served_from_world(observed: dict[str, tuple[str, float, float]]) -> list[ServedReplica]:
-    """A simulator tick's replicas (`World.serving`: pod key → node, waiting, TTFT p95 in s) as
-    vLLM replicas: the exponential TTFT whose p95 that is (mean = p95 / ln 20)."""
-    return [ServedReplica(key.split("/", 1)[0], key.split("/", 1)[1], "vllm", queue=waiting,
-                          mean_latency_seconds=ttft / math.log(20), node=node)
-            for key, (node, waiting, ttft) in sorted(observed.items())]
+def served_from_world(observed: dict[str, ServingState]) -> list[ServedReplica]:
+    """A simulator tick's replicas (`World.serving`) as vLLM replicas: the exponential TTFT whose
+    p95 that is (mean = p95 / ln 20), and the batch and KV cache where the world reports them."""
+    return [ServedReplica(key.split("/", 1)[0], key.split("/", 1)[1], "vllm", queue=state.waiting,
+                          mean_latency_seconds=state.ttft_p95_s / math.log(20), node=state.node,
+                          kv_usage=state.kv_usage, running=state.running)
+            for key, state in sorted(observed.items())]

@@ -87,3 +87,12 @@ def model_named(name: str) -> Model:
         if wanted == model.name.lower():
             return model
     raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+
+
+def gpu_of_product(product: str) -> Gpu:
+    """A GPU by its node's `nvidia.com/gpu.product` label, which GPU feature discovery writes as
+    the `modelName` with dashes for spaces (NVIDIA-H100-80GB-HBM3)."""
+    try:
+        return gpu_named(product.replace("-", " "))
+    except KeyError:
+        return gpu_named(product)

@@ -1,0 +1,52 @@
+"""How long the serving world takes: a 96-node × 8-GPU fleet for two hours, one seed, each policy
+timed alone, and the replica profile's tabulation timed apart (it is built once per process).
+CPU only; prints figures, no other I/O.
+
+    .venv/bin/python bench/serving_world_speed.py [--policies stock,gpu-balancer] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sim.llm.hardware import gpu_named, model_named  # noqa: E402
+from sim.llm.profile import RequestMix, profile  # noqa: E402
+from sim.policies import SERVING_WORLD_POLICIES  # noqa: E402
+from sim.run import run_policy  # noqa: E402
+from sim.scenario import FleetShape, InferenceShape, named  # noqa: E402
+
+TARGET_SECONDS = 120.0
+"""Issue 31: at most 2 minutes per seed per policy for this fleet."""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policies", default=",".join(SERVING_WORLD_POLICIES))
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    base = named("llm-fleet")
+    # Three times the default fleet, and three times its services, at the same load.
+    scenario = replace(base, name="llm-fleet-96", hours=2.0, fleet=FleetShape(nodes=96),
+                       inference=InferenceShape(services=120))
+    sv = scenario.serving
+    started = time.perf_counter()
+    profile(gpu_named("H100-80GB"), model_named(sv.model), RequestMix(sv.prompt_tokens, sv.output_tokens,
+                                                                      sv.length_sigma))
+    print(f"profile (H100-80GB, {sv.model}): {time.perf_counter() - started:.1f} s, once per process")
+    print(f"{'policy':28s}{'seconds':>9s}{'of target':>11s}")
+    for name in args.policies.split(","):
+        started = time.perf_counter()
+        run_policy(scenario, name, args.seed)
+        took = time.perf_counter() - started
+        print(f"{name:28s}{took:9.1f}{took / TARGET_SECONDS:11.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

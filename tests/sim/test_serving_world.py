@@ -1,0 +1,187 @@
+"""The honest serving world: LLM replicas tabulated from the step model, contention channels,
+exporter telemetry, moves that cost time, and request-level figures."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from scoring.policy import PolicyError
+from sim.engine import bind, build_world, measure, recreate, service_pod, step_workloads, training_pods
+from sim.llm.engine import Knobs, Replica
+from sim.llm.hardware import gpu_named, gpu_of_product, model_named
+from sim.llm.profile import RequestMix, _requests, open_loop, profile
+from sim.llm.world import ready_seconds
+from sim.policies import make_policy, observed_samples
+from sim.run import run_policy
+from sim.scenario import FleetShape, InferenceShape, ServingShape, load_scenario, named
+
+H100, LLAMA = gpu_named("H100-80GB"), model_named("Llama-3.1-8B")
+MIX = RequestMix(1020, 129, 0.8)
+SMALL = replace(named("llm-fleet"), hours=0.5, fleet=FleetShape(nodes=6),
+                inference=InferenceShape(services=8, mean_demand_fraction=0.35))
+
+
+def placed_world():
+    """SMALL's first tick: the fleet placed by the stock scheduler and measured once."""
+    world = build_world(SMALL, 1)
+    step_workloads(world)
+    policy = make_policy("stock", 1)
+    for pod in list(world.pending()):
+        if (node := policy.place(world, pod)) is not None:
+            bind(world, pod, node)
+    measure(world)
+    return world
+
+
+def test_a_slowed_replica_is_the_unslowed_one_at_a_proportionally_higher_rate_with_longer_latencies():
+    """The time-scaling the fleet relies on (`ReplicaProfile`), held against the step model."""
+    rate, slowdown = 8.0, 1.4
+    runs = []
+    for s, offered in ((slowdown, rate), (1.0, rate * slowdown)):
+        replica = Replica(H100, LLAMA, Knobs(slowdown=s))
+        done, _ = open_loop(replica, _requests(MIX, offered, 400, replica.kv_capacity_tokens, random.Random(3)))
+        runs.append(sorted(r.ttft / s for r in done))
+    assert runs[0] == pytest.approx(runs[1], rel=1e-9)
+
+
+def test_the_table_agrees_with_fresh_runs_of_the_step_model_between_its_grid_points():
+    table = profile(H100, LLAMA, MIX)
+    u = 0.55
+    medians = []
+    for seed in (11, 12, 13):
+        replica = Replica(H100, LLAMA)
+        requests = _requests(MIX, u * table.saturation_rps, 2000, replica.kv_capacity_tokens, random.Random(seed))
+        done, _ = open_loop(replica, requests)
+        medians.append(np.median([r.ttft * 1000 for r in done[200:]]))
+    lower, share = table.weights(np.asarray([u]))
+    assert float(table.mix_of(table.ttft_ms, lower, share)[0, 50]) == pytest.approx(np.mean(medians), rel=0.2)
+
+
+def test_the_duty_cycle_reads_busy_at_a_fifth_of_capacity_while_the_batch_and_kv_cache_track_the_work():
+    table = profile(H100, LLAMA, MIX)
+    fifth, most = (table.weights(np.asarray([u])) for u in (0.2, 0.85))
+    at = lambda column, point: float(table.mix_of(column, *point)[0])  # noqa: E731
+    assert at(table.busy, fifth) > 0.85  # vLLM #6105: 94 % at one concurrent request
+    assert at(table.busy, most) - at(table.busy, fifth) < 0.1
+    assert at(table.running, most) > 10 * at(table.running, fifth)
+    assert at(table.kv_usage, most) > 10 * at(table.kv_usage, fifth)
+
+
+def test_at_contention_scale_zero_placement_cannot_change_latency():
+    scenario = replace(SMALL, contention=replace(SMALL.contention, scale=0.0))
+    runs = {name: run_policy(scenario, name, 2).metrics for name in ("stock", "spread")}
+    for metrics in runs.values():
+        assert metrics["ttft_p99_ms"] == metrics["ttft_p99_at_even_load_ms"]
+    assert runs["stock"]["node_util_cov"] != runs["spread"]["node_util_cov"]  # placements differ...
+    assert runs["stock"]["ttft_p99_ms"] == runs["spread"]["ttft_p99_ms"]  # ...latency does not
+    assert runs["stock"]["tpot_p99_ms"] == runs["spread"]["tpot_p99_ms"]
+
+
+def test_a_training_worker_behind_a_replicas_pcie_switch_slows_it_and_the_scale_multiplies_it():
+    scenario = replace(SMALL, training=replace(SMALL.training, jobs_per_hour=0.0))
+    slowed = {}
+    for scale in (0.0, 1.0, 2.0):
+        world = build_world(replace(scenario, contention=replace(scenario.contention, scale=scale)), 1)
+        node = next(iter(world.nodes))
+        (worker,) = training_pods(world, "train-x", 1, 1)  # GPU 0; the replica gets GPU 1, same switch
+        bind(world, worker, node)
+        replica = service_pod(world, next(iter(world.services.values())))
+        bind(world, replica, node)
+        measure(world)
+        slowed[scale] = world.serving[-1][f"inference/{replica.obj['metadata']['name']}"].ttft_p95_s
+    assert slowed[0.0] < slowed[1.0] < slowed[2.0]
+
+
+def test_the_exporters_report_a_preallocated_framebuffer_and_a_busy_duty_cycle_not_the_work():
+    world = placed_world()
+    samples = [s for s in observed_samples(world) if s.pod is not None]
+    assert samples
+    loads = {f"{p.obj['metadata']['namespace']}/{p.obj['metadata']['name']}": p.load for p in world.pods.values()}
+    for sample in samples:
+        assert sample.fb_used_mib == pytest.approx(0.9 * 80 * 1024, rel=0.01)
+        if loads[f"{sample.pod.namespace}/{sample.pod.name}"] >= 0.2:
+            assert sample.util_percent > 80
+
+
+def test_a_pod_bound_after_the_first_tick_serves_only_after_its_pull_load_and_start_and_pulls_once_per_node():
+    world = build_world(SMALL, 1)
+    world.tick = 4
+    service = next(iter(world.services.values()))
+    node = next(iter(world.nodes))
+    first, second = service_pod(world, service), service_pod(world, service)
+    bind(world, first, node)
+    bind(world, second, node)
+    weights = LLAMA.weight_bytes / SMALL.serving.weight_load_bytes_per_second
+    assert first.ready_at - world.now_seconds == pytest.approx(
+        service.image_bytes / SMALL.serving.image_pull_bytes_per_second + weights + SMALL.serving.startup_seconds)
+    assert second.ready_at - world.now_seconds == pytest.approx(weights + SMALL.serving.startup_seconds)
+    measure(world)
+    assert first.load == 0.0 and f"inference/{first.obj['metadata']['name']}" not in world.serving[-1]
+    assert ready_seconds(world, first, node, service.image_bytes) < first.ready_at - world.now_seconds
+
+
+def test_an_evicted_replicas_requests_in_flight_are_retried_and_counted():
+    world = placed_world()
+    before = world.llm.tally.requests
+    busiest = max((p for p in world.pods.values() if p.service), key=lambda p: p.load)
+    recreate(world, busiest)
+    assert world.llm.lost and world.llm.lost[0][1] > 0
+    world.tick += 1
+    measure(world)
+    assert world.llm.tally.retried > 0 and world.llm.tally.requests > before
+
+
+def test_the_oracle_books_what_it_places_at_once():
+    world = build_world(SMALL, 1)
+    oracle = make_policy("oracle", 1)
+    service = max(world.services.values(), key=lambda s: s.demand)
+    chosen = []
+    for _ in range(3):
+        pod = service_pod(world, service)
+        node = oracle.place(world, pod)
+        bind(world, pod, node)
+        chosen.append(node)
+    assert len(set(chosen)) == 3
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("name: x\nserving: {model: GPT-9}", "serving.model: unknown model 'GPT-9'; known: Llama-3.1-8B"),
+    ("name: x\nserving: {model: Llama-3.1-8B}\nfleet: {pools: [{name: m, migProfile: 1g.10gb, instancesPerGpu: 7}]}",
+     "is MIG; the serving world"),
+    ("name: x\ncontention: {scale: -1}", "contention.scale: out of range"),
+    ("name: x\nserving: {model: Llama-3.1-8B, ttftSloMs: 0}", "serving.ttftSloMs: out of range"),
+])
+def test_a_bad_serving_world_is_refused_naming_the_field(text, message):
+    with pytest.raises(PolicyError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        load_scenario(text)
+
+
+def test_a_node_product_label_names_its_gpu():
+    assert gpu_of_product("NVIDIA-H100-80GB-HBM3").name == "H100-80GB"
+    assert gpu_of_product("NVIDIA-L4").name == "L4"
+    with pytest.raises(KeyError, match="unknown GPU"):
+        gpu_of_product("NVIDIA-B300")
+
+
+def test_simulate_reports_request_level_figures_and_takes_a_contention_scale(tmp_path, capsys):
+    from gpu_balancer.cli import main
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: tiny-llm\nhours: 0.1\nfleet: {nodes: 4}\ninference: {services: 4}\n"
+                        "serving: {model: Llama-3.1-8B}\n")
+    assert main(["simulate", "--scenario-file", str(scenario), "--output", "json", "--contention-scale", "0"]) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    assert set(results) == {"stock", "spread", "lownodeutilization-actual", "gpu-balancer", "gpu-balancer-serving",
+                            "oracle"}
+    for metrics in results.values():
+        assert {"ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "ttft_p99_at_even_load_ms", "node_util_cov",
+                "evictions"} <= set(metrics)
+        assert 0 < metrics["slo_attainment"] <= 1
+    assert main(["simulate", "--scenario", "llm-fleet", "--contention-scale", "11"]) == 2
+    assert "--contention-scale: 11 is out of range" in capsys.readouterr().err
+    assert ServingShape().model == ""  # the old world stays the default

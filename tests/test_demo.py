@@ -32,6 +32,8 @@ def test_the_demo_shows_the_problem_and_its_cure(tmp_path):
     assert sent and int(sent.group(2)) <= int(sent.group(1))
     assert "DRY RUN" in out and "seeds 3-5" in out and "gpu-balancer" in out.split("5. Over time")[1]
     assert len(after_rows(out)) == 2 and "(ms)" in out and "(%)" in out
+    serving = out.split("6. The honest serving world")[1]
+    assert "TTFT p99 (ms)" in serving and "SLO attainment (%)" in serving and "spread" in serving
     report = tmp_path / "report-3"
     assert (report / "report.html").exists() and (report / "summary.md").exists()
 

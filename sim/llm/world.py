@@ -350,8 +350,11 @@ def _serve(world: World, rows: _Rows, profiles: dict[str, ReplicaProfile], servi
         ttft = prof.mix_of(prof.ttft_ms, lower, share) * s[:, None] + wait_ms[:, None]
         tpot = prof.mix_of(prof.tpot_ms, lower, share) * s[:, None]
         e2e = prof.mix_of(prof.e2e_ms, lower, share) * s[:, None] + wait_ms[:, None]
+        # Even load changes the contention only: the same traffic, the same queue, drained at
+        # the capacity the pool's mean slowdown leaves.
         even_lower, even_share = prof.weights(load * s_even)
-        ttft_even = prof.mix_of(prof.ttft_ms, even_lower, even_share) * s_even[:, None]
+        even_wait_ms = 1000 * backlog * s_even / (prof.top * prof.saturation_rps)
+        ttft_even = prof.mix_of(prof.ttft_ms, even_lower, even_share) * s_even[:, None] + even_wait_ms[:, None]
         requests = rate * dt
         tally.ttft.add(ttft, requests)
         tally.tpot.add(tpot, requests)
@@ -382,6 +385,7 @@ def _serve_lost(world: World, profiles: dict[str, ReplicaProfile]) -> None:
         lower, share = prof.weights(np.asarray([sum(ready) / len(ready) if ready else prof.top]))
         ttft = prof.mix_of(prof.ttft_ms, lower, share) + elapsed_ms
         tally.ttft.add(ttft, np.asarray([count]))
+        tally.ttft_even.add(ttft, np.asarray([count]))
         tally.e2e.add(prof.mix_of(prof.e2e_ms, lower, share) + elapsed_ms, np.asarray([count]))
         tally.requests += count
         tally.retried += count

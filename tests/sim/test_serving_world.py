@@ -72,14 +72,13 @@ def test_the_duty_cycle_reads_busy_at_a_fifth_of_capacity_while_the_batch_and_kv
     assert at(table.kv_usage, most) > 10 * at(table.kv_usage, fifth)
 
 
-def test_at_contention_scale_zero_placement_cannot_change_latency():
+def test_at_contention_scale_zero_no_node_slows_a_replica_so_even_load_changes_nothing():
+    """Placement can still change latency at scale 0, through start-up (a pod on a node without its
+    image pulls it first); through contention it cannot."""
     scenario = replace(SMALL, contention=replace(SMALL.contention, scale=0.0))
-    runs = {name: run_policy(scenario, name, 2).metrics for name in ("stock", "spread")}
-    for metrics in runs.values():
+    for name in ("stock", "spread", "gpu-balancer"):
+        metrics = run_policy(scenario, name, 2).metrics
         assert metrics["ttft_p99_ms"] == metrics["ttft_p99_at_even_load_ms"]
-    assert runs["stock"]["node_util_cov"] != runs["spread"]["node_util_cov"]  # placements differ...
-    assert runs["stock"]["ttft_p99_ms"] == runs["spread"]["ttft_p99_ms"]  # ...latency does not
-    assert runs["stock"]["tpot_p99_ms"] == runs["spread"]["tpot_p99_ms"]
 
 
 def test_a_training_worker_behind_a_replicas_pcie_switch_slows_it_and_the_scale_multiplies_it():
@@ -177,7 +176,7 @@ def test_simulate_reports_request_level_figures_and_takes_a_contention_scale(tmp
     assert main(["simulate", "--scenario-file", str(scenario), "--output", "json", "--contention-scale", "0"]) == 0
     results = json.loads(capsys.readouterr().out)["results"]
     assert set(results) == {"stock", "spread", "lownodeutilization-actual", "gpu-balancer", "gpu-balancer-serving",
-                            "oracle"}
+                            "coolest-node"}
     for metrics in results.values():
         assert {"ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "ttft_p99_at_even_load_ms", "node_util_cov",
                 "evictions"} <= set(metrics)

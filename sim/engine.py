@@ -323,8 +323,7 @@ def bind(world: World, pod: SimPod, node: str) -> None:
     pod.obj["spec"]["nodeName"] = node
     pod.obj["status"]["phase"] = "Running"
     if world.scenario.llm and pod.service is not None:
-        image_bytes = world.services[pod.service].image_bytes
-        startup = serving_world.ready_seconds(world, pod, node, image_bytes)
+        startup = serving_world.ready_seconds(world, pod, node)
         # The fleet at the first tick was serving before the simulated window opened.
         pod.ready_at = world.now_seconds + startup if world.tick else 0.0
     world.nodes[node].bind(pod.obj, claimed_devices(pod.obj, world.context) if world.dra else None)

@@ -25,6 +25,7 @@ from scoring.telemetry import GpuSample, PodRef
 from scoring.workloads import gpu_request
 from scoring.view import BOOKING_ANNOTATION, Binding
 from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
+from sim.llm.telemetry import MIB
 from sim.llm.world import ServingState, gpu_of_node
 from sim.scheduler import choose, evaluate, pod_key, view_of
 from webhook.admit import decide
@@ -56,6 +57,11 @@ def policies_for(scenario) -> tuple[str, ...]:
     return POLICIES
 
 
+def telemetry_lag(world: World) -> int:
+    """Ticks between a reading and what a policy sees of it (collect interval plus scrape)."""
+    return math.ceil(world.scenario.telemetry_lag_seconds / world.scenario.tick_seconds)
+
+
 def sim_time(world: World) -> datetime:
     return EPOCH + timedelta(seconds=world.now_seconds)
 
@@ -84,8 +90,8 @@ def _served_samples(world: World, lag: int) -> list[GpuSample]:
     observed, readings = world.gpu_util[-1 - lag], world.gpu_readings[-1 - lag]
     samples = []
     for name, gpus in observed.items():
-        model = gpu_of_node(world, name).aliases[0]
-        memory_mib = gpu_of_node(world, name).memory_bytes / 2**20
+        gpu = gpu_of_node(world, name)
+        model, memory_mib = gpu.aliases[0], gpu.memory_bytes / MIB
         for index, reported in gpus.items():
             if reported is None:
                 continue
@@ -194,14 +200,13 @@ class LowNodeUtilizationActual(Stock):
     """kubernetes-sigs/descheduler's LowNodeUtilization reading actual utilisation from Prometheus
     (`metricsUtilization.prometheus`): a node under `low` % of its GPUs' reported utilisation is
     underutilised, over `high` % overutilised; while both kinds exist, it evicts from the most
-    utilised nodes, `per_run` pods a run. The thresholds are the project README's example (20 / 50
-    on a custom metric) moved to GPU terms: assumption."""
+    utilised nodes, `per_run` pods a run. Its thresholds, 20 % and 70 % of GPU utilisation: assumption."""
 
     name = "lownodeutilization-actual"
     low, high, per_run = 20.0, 70.0, 4
 
     def deschedule(self, world: World) -> None:
-        lag = math.ceil(world.scenario.telemetry_lag_seconds / world.scenario.tick_seconds)
+        lag = telemetry_lag(world)
         if len(world.history) <= lag:
             return
         observed = {n: u for n, u in world.history[-1 - lag].items() if n not in world.down}
@@ -275,9 +280,6 @@ class GpuBalancer(Stock):
             self._book = claim_book(world, self.policy)
         return self._book
 
-    def _lag(self, world: World) -> int:
-        return math.ceil(world.scenario.telemetry_lag_seconds / world.scenario.tick_seconds)
-
     def _ledgers(self, world: World) -> list[SteeringLedger]:
         if not self.ledgers:
             settle = self.policy.placement.settle_seconds
@@ -289,7 +291,7 @@ class GpuBalancer(Stock):
         self._deliver_bindings(world)
         if self._telemetry_tick == world.tick and self._telemetry is not None:
             return self._telemetry
-        lag = self._lag(world)
+        lag = telemetry_lag(world)
         if len(world.gpu_util) <= lag:
             return None
         samples = observed_samples(world, lag)
@@ -395,7 +397,7 @@ class GpuBalancer(Stock):
         snapshot, fleet, _, _ = telemetry
         d = self.policy.descheduler
         steps = max(1, int(d.window_seconds / world.scenario.tick_seconds))
-        lag = self._lag(world)
+        lag = telemetry_lag(world)
         history = world.history[max(0, len(world.history) - lag - steps): len(world.history) - lag]
         window = {}
         for name in world.nodes:

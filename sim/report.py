@@ -18,7 +18,8 @@ SERVING_METRICS = ("ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "ttft_p99_at_
                    "e2e_p99_ms", "node_util_cov", "evictions", "retried_requests_percent", "pending_pods")
 """The serving world's rows, in this order."""
 FORMATS = {"ttft_p99_ms": "{:.0f}", "ttft_p50_ms": "{:.0f}", "tpot_p99_ms": "{:.1f}", "e2e_p99_ms": "{:.0f}",
-           "slo_attainment": "{:.2%}", "ttft_p99_at_even_load_ms": "{:.0f}", "retried_requests_percent": "{:.3f}","node_util_cov": "{:.3f}", "max_node_util": "{:.1f}", "hot_node_minutes": "{:.1f}",
+           "slo_attainment": "{:.2%}", "ttft_p99_at_even_load_ms": "{:.0f}", "retried_requests_percent": "{:.3f}",
+           "node_util_cov": "{:.3f}", "max_node_util": "{:.1f}", "hot_node_minutes": "{:.1f}",
            "p99_latency_ms": "{:.0f}", "p99_at_even_load_ms": "{:.0f}",
            "p99_sensitive_latency_ms": "{:.0f}", "evictions": "{:.0f}", "pending_pods": "{:.2f}",
            "evictions_per_pod_hour_percent": "{:.2f}", "training_jobs_in_one_clique": "{:.0%}",

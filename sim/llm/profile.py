@@ -28,9 +28,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from sim.llm.engine import Knobs, Replica, Request
+from sim.llm.engine import Counters, Knobs, Replica, Request
 from sim.llm.hardware import Gpu, Model
-from sim.llm.telemetry import knee_tokens
+from sim.llm import telemetry
 
 UTILISATION_GRID = (0.02, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85)
 """Up to 0.85: past it (against the flood's saturation rate) Poisson traffic builds a queue that
@@ -147,23 +147,20 @@ def profile(gpu: Gpu, model: Model, mix: RequestMix, knobs: Knobs = Knobs()) -> 
     saturation = (high - low) / max(ends[high] - ends[low], 1e-9)
     rows: dict[str, list] = {k: [] for k in ("ttft", "tpot", "e2e", "busy", "dram", "tensor", "occupancy",
                                              "running", "waiting", "kv_usage")}
-    knee = None
     for u in UTILISATION_GRID:
         replica = Replica(gpu, model, knobs)
-        knee = knee or knee_tokens(replica)
         requests = _requests(mix, u * saturation, REQUESTS_PER_POINT, cap, rng)
         done, means = open_loop(replica, requests)
         kept = [r for r in done if r.arrived_at >= requests[int(WARM_UP_SHARE * len(requests))].arrived_at]
         rows["ttft"].append(_quantiles([r.ttft * 1000 for r in kept]))
         rows["tpot"].append(_quantiles([r.tpot * 1000 for r in kept]))
         rows["e2e"].append(_quantiles([(r.done_at - r.arrived_at) * 1000 for r in kept]))
-        span = _span(requests, done)
-        counters = replica.counters
-        rows["busy"].append(min(1.0, counters.kernel_seconds / span))
-        rows["dram"].append(min(1.0, counters.bytes_read / (span * gpu.bandwidth_bytes_per_s)))
-        rows["tensor"].append(min(1.0, counters.flops / (span * gpu.bf16_flops)))
-        per_step = counters.batch_tokens / max(1, counters.steps)
-        rows["occupancy"].append(rows["busy"][-1] * min(1.0, per_step / knee))
+        # The exporters' view of the whole run: from the first arrival to the last token.
+        reading = telemetry.read(replica, Counters(), since=requests[0].arrived_at)
+        rows["busy"].append(reading.gpu_util / 100)
+        rows["dram"].append(reading.dram_active)
+        rows["tensor"].append(reading.pipe_tensor_active)
+        rows["occupancy"].append(reading.sm_occupancy)
         for key in ("running", "waiting", "kv_usage"):
             rows[key].append(means[key])
     table = {k: np.asarray(v, dtype=float) for k, v in rows.items()}

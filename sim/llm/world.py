@@ -34,11 +34,12 @@ import numpy as np
 from sim.llm.engine import GPU_MEMORY_UTILIZATION
 from sim.llm.hardware import Gpu, Model, gpu_of_product, model_named
 from sim.llm.profile import QUANTILES, ReplicaProfile, RequestMix, profile
+from sim.llm.telemetry import MIB
+from sim.scheduler import pod_key
 
 if TYPE_CHECKING:
     from sim.engine import SimPod, World
 
-MIB = 2**20
 EDGES_MS = np.geomspace(0.1, 1e7, 1401)
 """Histogram bins from 0.1 ms to 10⁴ s, 1.3 % wide."""
 TDP_W = {"A100-40GB": 400, "A100-80GB": 400, "H100-80GB": 700, "H200": 700, "L4": 72, "L40S": 350, "RTX-4090": 450}
@@ -96,12 +97,12 @@ class RequestTally:
     requests: float = 0.0
     within_slo: float = 0.0
     retried: float = 0.0
-    unserved: float = 0.0
 
 
 @dataclass
 class ServingWorld:
-    """The serving world's state beside `World`: profiles, caches, queues and the tally."""
+    """The serving world's state beside `World`: the image cache, the queues, the last activity
+    and the tally."""
 
     tally: RequestTally = field(default_factory=RequestTally)
     images: set[tuple[str, str]] = field(default_factory=set)
@@ -131,10 +132,12 @@ def profile_of(world: World, node: str) -> ReplicaProfile:
     return profile(gpu_of_node(world, node), model_of(world), mix_of(world))
 
 
-def ready_seconds(world: World, pod: SimPod, node: str, image_bytes: int) -> float:
-    """Seconds from binding to serving: the image pull (once per node), the weights, the start."""
+def ready_seconds(world: World, pod: SimPod, node: str) -> float:
+    """Seconds from binding to serving: the image pull (once per node: the image is recorded as
+    pulled there), the weights, the start."""
     sv = world.scenario.serving
     image = pod.obj["spec"]["containers"][0]["image"]
+    image_bytes = world.services[pod.service].image_bytes
     pull = 0.0 if (node, image) in world.llm.images else image_bytes / sv.image_pull_bytes_per_second
     world.llm.images.add((node, image))
     return pull + model_of(world).weight_bytes / sv.weight_load_bytes_per_second + sv.startup_seconds
@@ -146,67 +149,57 @@ def is_ready(world: World, pod: SimPod) -> bool:
 
 def on_lost(world: World, pod: SimPod) -> None:
     """An evicted or lost replica: its requests in flight are retried elsewhere (`measure`)."""
-    key = f"{pod.obj['metadata']['namespace']}/{pod.obj['metadata']['name']}"
-    state = world.serving[-1].get(key) if world.serving else None
+    state = world.serving[-1].get(pod_key(pod.obj)) if world.serving else None
     if pod.service is None or state is None:
         return
     in_flight = state.waiting + (state.running or 0.0)
     if in_flight > 0:
         prof = profile_of(world, pod.node)
-        lower, share = prof.weights(np.asarray([max(pod.load, prof.utilisation[0])]))
+        lower, share = prof.weights(np.asarray([pod.load]))
         half_e2e = float(np.median(prof.mix_of(prof.e2e_ms, lower, share))) / 2
         world.llm.lost.append((pod.service, in_flight, half_e2e))
 
 
-def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]], profiles: dict[str, ReplicaProfile]
+def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
                     ) -> tuple[dict[str, float], dict[tuple[str, int], float]]:
-    """Each node's step slowdown (CPU and power), and the PCIe penalty per (node, GPU index)."""
+    """Each node's step slowdown (CPU and power), and the PCIe penalty per (node, first GPU index)."""
     from sim.engine import gpu_count
 
     co = world.scenario.contention
     slowdown, pcie = {}, {}
     for name, pods in by_node.items():
-        gpu = gpu_of_node(world, name)
-        tdp = TDP_W.get(gpu.name, 700)
+        tdp = TDP_W.get(gpu_of_node(world, name).name, 700)
         cores = host_power = 0.0
-        index, noisy_switches = 0, set()
+        index, noisy_switches, placed = 0, set(), []
         for pod in pods:
             count = gpu_count(pod)
             switches = {(index + i) // co.gpus_per_pcie_switch for i in range(count)}
+            placed.append((pod, index, switches))
             if pod.training_job is not None:
                 cores += co.training_cores_per_worker
                 host_power += count * tdp * TRAINING_POWER_SHARE
                 noisy_switches |= switches
             else:
                 cores += co.host_cores_per_replica
-                dram, tensor = world.llm.activity.get(_key(pod), (0.0, 0.0))
+                dram, tensor = world.llm.activity.get(pod_key(pod.obj), (0.0, 0.0))
                 host_power += count * power_w(tdp, dram, tensor)
                 if not is_ready(world, pod):
                     noisy_switches |= switches
             index += count
-        idle = world.units[name] - index
-        host_power += idle * tdp * IDLE_SHARE
+        host_power += (world.units[name] - index) * tdp * IDLE_SHARE
         cpu = max(0.0, cores / world.nodes[name].allocatable.get("cpu", 1) - 1)
         budget = co.gpu_power_budget_share * tdp * world.units[name]
         power = max(0.0, host_power / budget - 1) * co.power_sensitivity
         slowdown[name] = 1 + co.scale * (cpu + power)
-        index = 0
-        for pod in pods:
-            count = gpu_count(pod)
-            own = {(index + i) // co.gpus_per_pcie_switch for i in range(count)}
+        for pod, first, switches in placed:
             # A replica's own loading does not slow it (it does not serve yet); a neighbour's does.
-            others = noisy_switches if is_ready(world, pod) else set()
-            pcie[name, index] = co.scale * co.pcie_penalty if own & others and pod.training_job is None else 0.0
-            index += count
+            shared = pod.training_job is None and is_ready(world, pod) and switches & noisy_switches
+            pcie[name, first] = co.scale * co.pcie_penalty if shared else 0.0
     return slowdown, pcie
 
 
 def power_w(tdp: float, dram: float, tensor: float) -> float:
     return min(tdp, tdp * IDLE_SHARE + tdp * (1 - IDLE_SHARE) * (0.3 * dram + 0.7 * tensor))
-
-
-def _key(pod: SimPod) -> str:
-    return f"{pod.obj['metadata']['namespace']}/{pod.obj['metadata']['name']}"
 
 
 @dataclass
@@ -232,18 +225,22 @@ def measure(world: World):
         if pod.node is not None:
             by_node[pod.node].append(pod)
     profiles = {name: profile_of(world, name) for name in up}
+    by_service: dict[str, list[SimPod]] = defaultdict(list)
+    for pod in world.pods.values():
+        if pod.service is not None:
+            by_service[pod.service].append(pod)
     for service in world.services.values():
-        ready = [p for p in world.pods.values() if p.service == service.name and is_ready(world, p)]
-        share = demand_now(world, service) / len(ready) if ready else 0.0
-        for pod in world.pods.values():
-            if pod.service == service.name:
-                pod.load = share if is_ready(world, pod) else 0.0
-        if not ready and demand_now(world, service) > 0:
+        demand = demand_now(world, service)
+        ready = [p for p in by_service[service.name] if is_ready(world, p)]
+        for pod in by_service[service.name]:
+            pod.load = 0.0
+        for pod in ready:
+            pod.load = demand / len(ready)
+        if not ready and demand > 0:
             # No replica serves: the service's requests wait a tick at least (a lower bound).
-            rate = demand_now(world, service) * _any_profile(world, service, profiles).saturation_rps
-            world.llm.tally.unserved += rate * dt
+            rate = demand * _any_profile(world, service, profiles).saturation_rps
             _tally_flat(world, rate * dt, dt * 1000)
-    slowdown, pcie = _node_slowdowns(world, {n: by_node.get(n, []) for n in up}, profiles)
+    slowdown, pcie = _node_slowdowns(world, {n: by_node.get(n, []) for n in up})
     even = _even_slowdowns(world, slowdown, up)
     rows = _Rows()
     per_gpu: dict[str, dict[int, tuple[float, str | None] | None]] = defaultdict(dict)
@@ -257,7 +254,7 @@ def measure(world: World):
         busy_units, index = 0.0, 0
         for pod in by_node.get(name, ()):
             count = gpu_count(pod)
-            key = _key(pod)
+            key = pod_key(pod.obj)
             if pod.training_job is not None:
                 util, fb, watts = TRAINING_UTIL, 0.8 * gpu.memory_bytes / MIB, tdp * TRAINING_POWER_SHARE
                 busy_units += count
@@ -343,7 +340,7 @@ def _serve(world: World, rows: _Rows, profiles: dict[str, ReplicaProfile], servi
         s_even = np.asarray([rows.even[i] for i in members])
         rate = load * prof.saturation_rps
         capacity = prof.top * prof.saturation_rps / s
-        backlog = np.asarray([world.llm.backlog.get(_key(p), 0.0) for p in pods])
+        backlog = np.asarray([world.llm.backlog.get(pod_key(p.obj), 0.0) for p in pods])
         backlog = np.maximum(0.0, backlog + (rate - capacity) * dt)
         wait_ms = 1000 * backlog / capacity
         lower, share = prof.weights(load * s)
@@ -368,7 +365,7 @@ def _serve(world: World, rows: _Rows, profiles: dict[str, ReplicaProfile], servi
         kv = prof.mix_of(prof.kv_usage, lower, share)
         p95 = ttft[:, int(0.95 * QUANTILES)] / 1000
         for i, pod in enumerate(pods):
-            key = _key(pod)
+            key = pod_key(pod.obj)
             world.llm.backlog[key] = float(backlog[i])
             serving[key] = ServingState(pod.node, float(waiting[i]), float(p95[i]), float(kv[i]), float(running[i]))
 

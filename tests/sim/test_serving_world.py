@@ -121,7 +121,7 @@ def test_a_pod_bound_after_the_first_tick_serves_only_after_its_pull_load_and_st
     assert second.ready_at - world.now_seconds == pytest.approx(weights + SMALL.serving.startup_seconds)
     measure(world)
     assert first.load == 0.0 and f"inference/{first.obj['metadata']['name']}" not in world.serving[-1]
-    assert ready_seconds(world, first, node, service.image_bytes) < first.ready_at - world.now_seconds
+    assert ready_seconds(world, first, node) < first.ready_at - world.now_seconds
 
 
 def test_an_evicted_replicas_requests_in_flight_are_retried_and_counted():

@@ -24,14 +24,17 @@ from sim.scenario import named  # noqa: E402
 from sim.seeds import parse_seeds  # noqa: E402
 
 SHOWN = ("ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "node_util_cov", "evictions", "retried_requests_percent")
-PEERS = ("stock", "spread", "lownodeutilization-actual")
+PEERS = ("stock", "spread", "lownodeutilization-actual", "load-aware")
 OURS = ("gpu-balancer", "gpu-balancer-serving")
 
 
-def one_run(job: tuple[str, float, int, float | None]) -> tuple[str, float, int, dict[str, dict[str, float]], float]:
-    name, scale, seed, hours = job
+def one_run(job: tuple[str, float, int, float | None, bool]
+            ) -> tuple[str, float, int, dict[str, dict[str, float]], float]:
+    name, scale, seed, hours, instant_pulls = job
     scenario = named(name)
     scenario = replace(scenario, contention=replace(scenario.contention, scale=scale))
+    if instant_pulls:  # what start-up costs: the same runs with images on every node at once
+        scenario = replace(scenario, serving=replace(scenario.serving, image_pull_bytes_per_second=1e15))
     if hours is not None:
         scenario = replace(scenario, hours=hours)
     started = time.perf_counter()
@@ -82,9 +85,10 @@ def main() -> int:
     parser.add_argument("--scales", default="0,0.5,1,2")
     parser.add_argument("--hours", type=float, help="shorten every scenario to this many hours (a smoke run)")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--instant-pulls", action="store_true", help="image pulls take no time")
     parser.add_argument("--json", help="write every run's metrics here")
     args = parser.parse_args()
-    jobs = [(name, float(scale), seed, args.hours) for name in args.scenarios.split(",")
+    jobs = [(name, float(scale), seed, args.hours, args.instant_pulls) for name in args.scenarios.split(",")
             for scale in args.scales.split(",") for seed in parse_seeds(args.seeds)]
     results: dict[tuple[str, float], dict[int, dict]] = {}
     seconds = []

@@ -27,7 +27,7 @@ from scoring.view import BOOKING_ANNOTATION, Binding
 from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
 from sim.llm.telemetry import MIB
 from sim.llm.world import ServingState, gpu_of_node
-from sim.scheduler import choose, evaluate, pod_key, view_of
+from sim.scheduler import MAX_SCORE, WEIGHTS, NodeVerdict, choose, evaluate, pod_key, view_of
 from webhook.admit import decide
 from webhook.cache import telemetry_of
 from webhook.ledger import SteeringLedger
@@ -39,8 +39,8 @@ SERVING_POLICY = "gpu-balancer-serving"
 """gpu-balancer reading the replicas' serving series too; run where the scenario's replicas export them."""
 
 
-SERVING_WORLD_POLICIES = ("stock", "spread", "lownodeutilization-actual", "gpu-balancer", SERVING_POLICY,
-                          "coolest-node")
+SERVING_WORLD_POLICIES = ("stock", "spread", "lownodeutilization-actual", "load-aware", "gpu-balancer",
+                          SERVING_POLICY, "coolest-node")
 """The serving world's comparison: the peers as their users run them (issue 31's names). The
 oracle runs there as `coolest-node`: it places on true current load, booked at once, but on the
 latency objective it lost to stock on 9 of 16 scenario-seeds at contention 1 (BENCHMARKS), so it is
@@ -211,6 +211,80 @@ class LowNodeUtilizationActual(Stock):
             return
         observed = {n: u for n, u in world.history[-1 - lag].items() if n not in world.down}
         evict_from_overutilised(world, observed, self.low, self.high, self.per_run, self.rng)
+
+
+class LoadAware(Stock):
+    """scheduler-plugins' Trimaran TargetLoadPacking as a platform team would point it at GPUs: its
+    Score on each node's mean reported GPU utilisation over the metrics window, plus the incoming
+    pod's predicted use and that of pods bound too recently to show in the metrics, in place of
+    the NodeResourcesFit and BalancedAllocation scores (its README's profile disables both).
+
+    A pod's predicted use is its GPUs at 100 %: the GPU form of the plugin's CPU limit, and what
+    GPU_UTIL reads while a replica serves anything."""
+
+    name = "load-aware"
+    target = 40.0
+    """targetUtilization: the plugin's default (scheduler-plugins pkg/trimaran/targetloadpacking README)."""
+    reporting_seconds = 60.0
+    """A pod bound this recently is predicted, not measured (the plugin's metricsAgentReportingIntervalSeconds)."""
+    window_seconds = 300.0
+    """The load-watcher's averaging window: assumption (5 minutes, a common Prometheus rate window)."""
+    replaced = ("NodeResourcesFit", "BalancedAllocation")
+
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__(rng)
+        self.recent: deque[tuple[float, str, float]] = deque()  # (bound at, node, predicted %)
+
+    def place(self, world: World, pod: SimPod) -> str | None:
+        verdicts = evaluate(pod.obj, list(world.nodes.values()), context=world.context)
+        utilisation = self._measured(world)
+        since = world.now_seconds - self.reporting_seconds - telemetry_lag(world) * world.scenario.tick_seconds
+        while self.recent and self.recent[0][0] < since:
+            self.recent.popleft()
+        missing = Counter()
+        for _, node, predicted in self.recent:
+            missing[node] += predicted
+        rescored = []
+        for v in verdicts:
+            if not v.feasible:
+                rescored.append(v)
+                continue
+            predicted = utilisation.get(v.name, 0.0) + self._predicted(world, pod, v.name) + missing[v.name]
+            kept = v.total - sum(WEIGHTS[p] * v.scores.get(p, 0.0) for p in self.replaced)
+            rescored.append(NodeVerdict(v.name, True, None, v.scores, kept + target_load_packing(predicted, self.target)))
+        return choose(rescored, self.rng)
+
+    def bound(self, world: World, pod: SimPod, node: str) -> None:
+        self.recent.append((world.now_seconds, node, self._predicted(world, pod, node)))
+
+    def _measured(self, world: World) -> dict[str, float]:
+        """Each node's mean reported GPU utilisation over the window, as the metrics show it now."""
+        lag = telemetry_lag(world)
+        steps = max(1, round(self.window_seconds / world.scenario.tick_seconds))
+        window = world.history[max(0, len(world.history) - lag - steps):max(0, len(world.history) - lag)]
+        totals: Counter = Counter()
+        for tick in window:
+            totals.update(tick)
+        return {n: totals[n] / len(window) for n in totals}
+
+    @staticmethod
+    def _predicted(world: World, pod: SimPod, node: str) -> float:
+        return 100.0 * gpu_count(pod) / max(1, world.units[node])
+
+
+def target_load_packing(predicted_percent: float, target_percent: float) -> int:
+    """TargetLoadPacking's node score: rising from `target` at idle to 100 at the target (packing),
+    falling to 0 at 100 % (spreading among hot nodes), 0 beyond."""
+    if predicted_percent > target_percent:
+        if predicted_percent > 100:
+            return 0
+        return _go_round(target_percent * (100 - predicted_percent) / (100 - target_percent))
+    return _go_round((MAX_SCORE - target_percent) * predicted_percent / target_percent + target_percent)
+
+
+def _go_round(x: float) -> int:
+    """Go's math.Round for the non-negative scores here: halves away from zero (Python rounds to even)."""
+    return math.floor(x + 0.5)
 
 
 class Oracle(Stock):
@@ -437,6 +511,6 @@ def _low(ordered: list[float], quantile: float) -> float:
 def make_policy(name: str, seed: int):
     rng = random.Random(seed * 7 + 3)
     return {"stock": Stock, "stock-gpu-scored": StockGpuScored, "lownodeutilization": LowNodeUtilization,
-            "spread": Spread, LowNodeUtilizationActual.name: LowNodeUtilizationActual,
+            "spread": Spread, LowNodeUtilizationActual.name: LowNodeUtilizationActual, LoadAware.name: LoadAware,
             "gpu-balancer": GpuBalancer, SERVING_POLICY: GpuBalancerServing, "oracle": Oracle,
             CoolestNode.name: CoolestNode}[name](rng)

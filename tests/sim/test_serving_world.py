@@ -16,7 +16,7 @@ from sim.llm.engine import Knobs, Replica
 from sim.llm.hardware import gpu_named, gpu_of_product, model_named
 from sim.llm.profile import RequestMix, _requests, open_loop, profile
 from sim.llm.world import ready_seconds
-from sim.policies import make_policy, observed_samples
+from sim.policies import make_policy, observed_samples, target_load_packing
 from sim.run import run_policy
 from sim.scenario import FleetShape, InferenceShape, ServingShape, load_scenario, named
 
@@ -175,8 +175,8 @@ def test_simulate_reports_request_level_figures_and_takes_a_contention_scale(tmp
                         "serving: {model: Llama-3.1-8B}\n")
     assert main(["simulate", "--scenario-file", str(scenario), "--output", "json", "--contention-scale", "0"]) == 0
     results = json.loads(capsys.readouterr().out)["results"]
-    assert set(results) == {"stock", "spread", "lownodeutilization-actual", "gpu-balancer", "gpu-balancer-serving",
-                            "coolest-node"}
+    assert set(results) == {"stock", "spread", "lownodeutilization-actual", "load-aware", "gpu-balancer",
+                            "gpu-balancer-serving", "coolest-node"}
     for metrics in results.values():
         assert {"ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "ttft_p99_at_even_load_ms", "node_util_cov",
                 "evictions"} <= set(metrics)
@@ -184,3 +184,24 @@ def test_simulate_reports_request_level_figures_and_takes_a_contention_scale(tmp
     assert main(["simulate", "--scenario", "llm-fleet", "--contention-scale", "11"]) == 2
     assert "--contention-scale: 11 is out of range" in capsys.readouterr().err
     assert ServingShape().model == ""  # the old world stays the default
+
+
+@pytest.mark.parametrize(("predicted", "score"), [(0, 40), (50, 33), (130, 0), (40, 100), (20, 70)])
+def test_load_aware_scores_a_node_as_target_load_packing_does(predicted, score):
+    # The first three are scheduler-plugins' own TargetLoadPacking cases (new node, hot node,
+    # excess utilisation) at its default target of 40 %.
+    assert target_load_packing(predicted, 40.0) == score
+
+
+def test_load_aware_packs_a_warm_node_up_to_its_target_then_counts_what_it_just_placed():
+    world = build_world(SMALL, 1)
+    warm, idle, *rest = sorted(world.nodes)
+    world.history = [{warm: 20.0, idle: 0.0, **{n: 95.0 for n in rest}}] * 12
+    policy = make_policy("load-aware", 1)
+    services = sorted(world.services.values(), key=lambda s: s.name)
+    first = service_pod(world, services[0])
+    assert policy.place(world, first) == warm  # 20 % + its 12.5 % stays under the 40 % target
+    bind(world, first, warm)
+    policy.bound(world, first, warm)
+    second = service_pod(world, services[1])
+    assert policy.place(world, second) == idle  # the warm node would pass the target now

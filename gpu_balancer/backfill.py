@@ -36,11 +36,16 @@ def openmetrics_history(exposition: str, *, start: float, end: float, step: floa
 
 def backfilled_tsdb(exposition: str, directory: Path, *, start: float, end: float) -> bool:
     """Write the history into `directory` as TSDB blocks; False when promtool is not installed."""
+    return openmetrics_blocks(openmetrics_history(exposition, start=start, end=end), directory)
+
+
+def openmetrics_blocks(openmetrics: str, directory: Path) -> bool:
+    """OpenMetrics text with timestamps into `directory` as TSDB blocks; False without promtool."""
     promtool = shutil.which("promtool")
     if promtool is None:
         return False
     with tempfile.NamedTemporaryFile("w", suffix=".om", delete=False) as source:
-        source.write(openmetrics_history(exposition, start=start, end=end))
+        source.write(openmetrics)
     try:
         subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", source.name, str(directory)],
                        check=True, capture_output=True, timeout=120)

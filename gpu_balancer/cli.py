@@ -485,6 +485,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise UsageError(str(error.args[0])) from None
     except PolicyError as error:
         raise UsageError(f"scenario {args.scenario_file}: {error}") from None
+    if args.calibration:
+        scenario = replace(scenario, contention=replace(scenario.contention, scale=_calibrated_scale(args.calibration)))
     if args.contention_scale is not None:
         if not 0 <= args.contention_scale <= 10:
             raise UsageError(f"--contention-scale: {args.contention_scale:g} is out of range (0 to 10)")
@@ -510,6 +512,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.report:
         _write_report(args.report, scenario, {args.seed: results})
     return 0
+
+
+def _calibrated_scale(path: str) -> float:
+    """contention.scale of a `calibrate` fragment, or UsageError saying what is wrong with it."""
+    import yaml
+
+    try:
+        fragment = yaml.safe_load(read_text(path, "--calibration"))
+    except yaml.YAMLError as error:
+        raise UsageError(f"--calibration {path} is not YAML: {error}") from None
+    scale = fragment.get("contention", {}).get("scale") if isinstance(fragment, dict) else None
+    if isinstance(fragment, dict) and not isinstance(fragment.get("contention", {}), dict):
+        scale = None
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 <= scale <= 10:
+        raise UsageError(f"--calibration {path}: needs contention.scale, a number from 0 to 10 "
+                         "(the fragment `gpu-balancer calibrate` writes)")
+    return float(scale)
 
 
 def _simulate_seeds(args: argparse.Namespace, scenario) -> int:
@@ -599,6 +618,65 @@ def _concurrencies(text: str) -> list[int]:
     if not values or not all(1 <= value <= 4096 for value in values):
         raise argparse.ArgumentTypeError(f"{text!r}: each concurrency must be 1 to 4096")
     return values
+
+
+def window_seconds(text: str) -> float:
+    """An argparse type: a Prometheus-style duration (90m, 36h, 7d), 5 minutes to 90 days."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (like 30m, 36h or 7d)")
+    seconds = float(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+    if not 300 <= seconds <= 90 * 86400:
+        raise argparse.ArgumentTypeError(f"{text} is out of range (5m to 90d)")
+    return seconds
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import time
+
+    from scoring.calibration import CalibrationError, calibrate, fragment
+
+    if bool(args.prometheus_url) == bool(args.from_simulation):
+        raise UsageError("give exactly one of --prometheus-url and --from-simulation")
+    if args.from_simulation:
+        from sim.calibration_series import channels_of, frames_of, simulated_world
+        from sim.scenario import load_scenario
+
+        try:
+            scenario = load_scenario(read_text(args.from_simulation, "scenario"))
+            frames, channels = frames_of(simulated_world(scenario, args.seed)), channels_of(scenario)
+        except (PolicyError, ValueError) as error:
+            raise UsageError(f"scenario {args.from_simulation}: {error}") from None
+        source = f"simulated {scenario.name}, seed {args.seed}, planted scale {scenario.contention.scale:g}"
+    else:
+        from scoring.calibration import Channels
+        from scoring.calibration_reader import read_frames
+
+        policy = load_policy(None, args.prometheus_url)
+        end = time.time()
+        step = max(args.step, args.window / 10_000)  # Prometheus answers at most 11,000 points a series
+        frames = read_frames(connect(policy.prometheus).range, start=end - args.window, end=end, step=step)
+        channels, source = Channels(), f"{args.prometheus_url}, the last {args.window / 86400:g} days"
+    try:
+        result = calibrate(frames, channels)
+    except CalibrationError as error:
+        raise UsageError(f"{source}: {error}") from None
+    if args.write:
+        try:
+            Path(args.write).write_text(fragment(result), encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"--write {args.write}: {error.strerror or error}") from None
+    if args.output == "json":
+        print(json.dumps({**result.as_json(), "source": source}, indent=2))
+        return 0
+    lo, hi = result.tpot.interval
+    print(f"contention scale {result.tpot.scale:.3g} (95 % interval {lo:.3g}–{hi:.3g}) from {result.tpot.samples} "
+          f"replica samples of {result.tpot.replicas} replicas, {result.tpot.exposed} exposed to contention")
+    print(f"  TTFT alone says {result.ttft.scale:.3g} ({result.ttft.interval[0]:.3g}–{result.ttft.interval[1]:.3g}); "
+          f"channels seen: {', '.join(result.channels)}; source: {source}")
+    if args.write:
+        print(f"  wrote {args.write}: `gpu-balancer simulate --calibration {args.write}` runs with it")
+    return 0
 
 
 def cmd_serving_curve(args: argparse.Namespace) -> int:
@@ -744,6 +822,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--contention-scale", type=float, metavar="X",
                           help="multiply every contention channel of the serving world by X (0: placement "
                                "cannot change latency); overrides the scenario's contention.scale")
+    simulate.add_argument("--calibration", metavar="FILE",
+                          help="a fragment `calibrate` wrote: its contention.scale applies (before --contention-scale)")
     simulate.add_argument("--report", help="directory for report.html (pictures inlined), the PNGs and summary.md")
     simulate.set_defaults(handler=cmd_simulate)
 
@@ -754,6 +834,19 @@ def build_parser() -> argparse.ArgumentParser:
     explain_cmd.add_argument("--config", help="BalancerPolicy YAML file")
     explain_cmd.add_argument("--output", choices=("table", "json"), default="table")
     explain_cmd.set_defaults(handler=cmd_explain)
+
+    cal = commands.add_parser("calibrate", help="how much a node's contention slows its LLM replicas, from a "
+                                                "cluster's history (or a simulated run's), as contention.scale")
+    cal.add_argument("--prometheus-url", help="the cluster's Prometheus (DCGM and vLLM series)")
+    cal.add_argument("--window", type=window_seconds, default="7d", help="how far back to read")
+    cal.add_argument("--step", type=positive_seconds, default=60.0, help="seconds between the samples read")
+    cal.add_argument("--from-simulation", metavar="FILE", help="a serving-world scenario file: estimate from the "
+                                                               "series its run under the stock scheduler exports")
+    cal.add_argument("--seed", type=count(0, 2**32 - 1), default=1, help="with --from-simulation")
+    cal.add_argument("--write", metavar="FILE", default="calibration.yaml",
+                     help="the scenario fragment `simulate --calibration` reads ('' writes none)")
+    cal.add_argument("--output", choices=("table", "json"), default="table")
+    cal.set_defaults(handler=cmd_calibrate)
 
     curve = commands.add_parser("serving-curve", help="one LLM replica's latency and throughput against "
                                                      "concurrency (the simulator's replica model)")

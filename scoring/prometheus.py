@@ -218,6 +218,7 @@ class PrometheusClient:
         # One kept connection per query of a refresh in flight (the default keeps 10, and reopens the rest).
         self._session.mount(client.url, HTTPAdapter(max_retries=Retry(total=0), pool_maxsize=PARALLEL_QUERIES))
         self._endpoint = f"{client.url}/api/v1/query"
+        self._range_endpoint = f"{client.url}/api/v1/query_range"
         self._decoding = threading.Lock()
         self._time: float | None = None
 
@@ -241,15 +242,28 @@ class PrometheusClient:
         with self._decoding:
             return _series(_result(self._connection.url, promql, body))
 
+    def range(self, promql: str, start: float, end: float, step: float
+              ) -> list[tuple[Mapping[str, str], list[tuple[float, float]]]]:
+        """A range query (`/api/v1/query_range`): each series' labels and its (time, value) points."""
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        rows = _result(self._connection.url, promql, self._get(self._range_endpoint, params, promql))
+        try:
+            return [(row["metric"], [(float(t), float(v)) for t, v in row["values"]]) for row in rows]
+        except (KeyError, TypeError, ValueError) as error:
+            raise PrometheusQueryError(self._connection.url, promql, f"not a range answer ({error!r})") from None
+
     def _body(self, promql: str) -> bytes:
+        params = {"query": promql} if self._time is None else {"query": promql, "time": f"{self._time:.3f}"}
+        return self._get(self._endpoint, params, promql)
+
+    def _get(self, endpoint: str, params: Mapping[str, str], promql: str) -> bytes:
         connection = self._connection
         headers = dict(connection.headers)
         if connection.bearer_token_file:
             # Re-read every time: projected service-account tokens rotate.
             headers["Authorization"] = "Bearer " + Path(connection.bearer_token_file).read_text().strip()
-        params = {"query": promql} if self._time is None else {"query": promql, "time": f"{self._time:.3f}"}
         try:
-            response = self._session.get(self._endpoint, params=params, headers=headers, auth=self._auth,
+            response = self._session.get(endpoint, params=params, headers=headers, auth=self._auth,
                                          timeout=connection.timeout_seconds)
         except requests.RequestException as error:
             raise PrometheusUnreachable(connection.url, error) from None

@@ -60,6 +60,9 @@ class ServingState(NamedTuple):
     ttft_p95_s: float
     kv_usage: float | None = None
     running: float | None = None
+    tpot_mean_s: float | None = None
+    ttft_mean_s: float | None = None
+    """The tick's means, as rate(_sum) / rate(_count) of vLLM's histograms reads them."""
 
 
 @dataclass
@@ -364,10 +367,12 @@ def _serve(world: World, rows: _Rows, profiles: dict[str, ReplicaProfile], servi
         waiting = prof.mix_of(prof.waiting, lower, share) + backlog
         kv = prof.mix_of(prof.kv_usage, lower, share)
         p95 = ttft[:, int(0.95 * QUANTILES)] / 1000
+        tpot_mean, ttft_mean = tpot.mean(axis=1) / 1000, ttft.mean(axis=1) / 1000
         for i, pod in enumerate(pods):
             key = pod_key(pod.obj)
             world.llm.backlog[key] = float(backlog[i])
-            serving[key] = ServingState(pod.node, float(waiting[i]), float(p95[i]), float(kv[i]), float(running[i]))
+            serving[key] = ServingState(pod.node, float(waiting[i]), float(p95[i]), float(kv[i]), float(running[i]),
+                                        float(tpot_mean[i]), float(ttft_mean[i]))
 
 
 def _serve_lost(world: World, profiles: dict[str, ReplicaProfile]) -> None:

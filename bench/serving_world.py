@@ -80,7 +80,7 @@ def summarise(name: str, scale: float, by_seed: dict[int, dict[str, dict[str, fl
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenarios", default="llm-fleet,llm-training-mix")
+    parser.add_argument("--scenarios", default="llm-fleet,llm-training-mix,llm-shared-gpus")
     parser.add_argument("--seeds", default="1-8")
     parser.add_argument("--scales", default="0,0.5,1,2")
     parser.add_argument("--hours", type=float, help="shorten every scenario to this many hours (a smoke run)")

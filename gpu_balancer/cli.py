@@ -62,6 +62,16 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def speed_factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 10_000:
+        raise argparse.ArgumentTypeError(f"{text} must be more than 0 and at most 10000")
+    return value
+
+
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -253,9 +263,56 @@ def _serve_exposition(args: argparse.Namespace, body, what: str) -> int:
     return 0
 
 
+def _replayed_run(args: argparse.Namespace):
+    """The serving world's run of `--scenario` under the stock scheduler, and a function giving the
+    tick to serve now: the run replayed at `--speed` simulated seconds a second, from its start,
+    over and over."""
+    import time
+
+    from sim.calibration_series import simulated_world
+    from sim.llm.exposition import ticks
+    from sim.scenario import named
+
+    try:
+        scenario = named(args.scenario)
+    except KeyError as error:
+        raise UsageError(str(error.args[0])) from None
+    if not scenario.llm:
+        raise UsageError(f"scenario {args.scenario!r} has no serving world (serving.model): choose llm-fleet "
+                         "or llm-training-mix")
+    if args.contention_scale is not None:
+        if not 0 <= args.contention_scale <= 10:
+            raise UsageError(f"--contention-scale: {args.contention_scale:g} is out of range (0 to 10)")
+        scenario = replace(scenario, contention=replace(scenario.contention, scale=args.contention_scale))
+    print(f"simulating {scenario.name} (seed {args.seed}, {scenario.hours:g} h) to replay it...", file=sys.stderr,
+          flush=True)
+    world = simulated_world(scenario, args.seed)
+    started, count = time.monotonic(), ticks(world)
+
+    def now() -> int:
+        return int((time.monotonic() - started) * args.speed / scenario.tick_seconds) % count
+
+    return world, now
+
+
+def _add_replay_arguments(parser: argparse.ArgumentParser, serves: str) -> None:
+    parser.add_argument("--scenario", help=f"serve {serves} of a simulated serving-world scenario (llm-fleet, "
+                        "llm-training-mix) as its run goes, under the stock scheduler")
+    parser.add_argument("--speed", type=speed_factor, default=1.0,
+                        help="with --scenario: simulated seconds replayed each second (default 1: real time)")
+    parser.add_argument("--contention-scale", type=float, metavar="X", help="with --scenario: its contention.scale")
+
+
 def cmd_fake_dcgm(args: argparse.Namespace) -> int:
     from sim.dcgm_text import render_exposition
     from sim.fleet import FleetSpec, generate_fleet
+
+    if args.scenario:
+        from sim.llm.exposition import dcgm_text
+
+        world, now = _replayed_run(args)
+        return _serve_exposition(args, lambda: dcgm_text(world, now(), hostname_label=args.hostname_label),
+                                 f"fake-dcgm: {args.scenario} seed {args.seed}, replayed at {args.speed:g}x")
 
     try:
         spec = FleetSpec(nodes=args.nodes, gpus_per_node=args.gpus, profile=args.profile, seed=args.seed)
@@ -271,6 +328,13 @@ def cmd_fake_serving(args: argparse.Namespace) -> int:
     from sim.fleet import FleetSpec
     from sim.serving_text import render_serving, synthetic_replicas
 
+    if args.scenario:
+        from sim.llm.exposition import serving_text
+
+        world, now = _replayed_run(args)
+        return _serve_exposition(args, lambda: serving_text(world, now()),
+                                 f"fake-serving: {args.scenario} seed {args.seed}, vLLM replicas, "
+                                 f"replayed at {args.speed:g}x")
     if args.slow > args.replicas:
         raise UsageError(f"--slow {args.slow} is more than --replicas {args.replicas}")
     spec = FleetSpec(nodes=args.nodes)
@@ -748,6 +812,7 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--hostname-label", choices=("Hostname", "hostname"), default="Hostname",
                       help="Hostname (released dcgm-exporter) or hostname (newer main branch)")
     fake.add_argument("--profiling", action="store_true", help="also serve DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    _add_replay_arguments(fake, "every GPU's fields, profiling, clocks and clock-event reasons included,")
     fake.add_argument("--host", default="127.0.0.1")
     fake.add_argument("--port", type=port_number, default=9400)
     fake.set_defaults(handler=cmd_fake_dcgm)
@@ -759,6 +824,7 @@ def build_parser() -> argparse.ArgumentParser:
     served.add_argument("--slow", type=count(0, 100000), default=2, help="how many replicas queue (miss targets)")
     served.add_argument("--nodes", type=count(1, 20000), default=8, help="spread over fake-dcgm's node names")
     served.add_argument("--seed", type=count(0, 2**32 - 1), default=1)
+    _add_replay_arguments(served, "every replica's vLLM series")
     served.add_argument("--host", default="127.0.0.1")
     served.add_argument("--port", type=port_number, default=8000)
     served.set_defaults(handler=cmd_fake_serving)

@@ -15,6 +15,14 @@ POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
 XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
 GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
+SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
+SM_OCCUPANCY = "DCGM_FI_PROF_SM_OCCUPANCY"
+PIPE_TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"
+CLOCK_THROTTLE_REASONS = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+"""NVML's clock-event reasons as a bitmask (1 GPU idle, 4 SW power cap, 8 HW slowdown, 32 SW
+thermal, 64 HW thermal, 128 HW power brake); the name dcgm-exporter's released counters use."""
+POWER_MGMT_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
 
 GPU_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, FB_FREE, GPU_TEMP, POWER_USAGE, XID_ERRORS)
 """Every per-GPU gauge a snapshot is built from."""
@@ -33,6 +41,12 @@ HELP = {
     XID_ERRORS: ("gauge", "Value of the last XID error encountered."),
     GR_ENGINE_ACTIVE: ("gauge", "Ratio of time the graphics engine is active."),
     DRAM_ACTIVE: ("gauge", "Ratio of cycles the device memory interface is active sending or receiving data."),
+    SM_ACTIVE: ("gauge", "The ratio of cycles an SM has at least 1 warp assigned."),
+    SM_OCCUPANCY: ("gauge", "The ratio of number of warps resident on an SM."),
+    PIPE_TENSOR_ACTIVE: ("gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
+    SM_CLOCK: ("gauge", "SM clock frequency (in MHz)."),
+    CLOCK_THROTTLE_REASONS: ("gauge", "Current clock throttle reasons (bitmask)."),
+    POWER_MGMT_LIMIT: ("gauge", "Power management limit (in W)."),
 }
 """`# TYPE` and `# HELP` as dcgm-exporter prints them, for the exporters we ship."""
 

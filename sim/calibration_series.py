@@ -57,7 +57,7 @@ def frames_of(world: World) -> list[Frame]:
         for node, gpus in per_gpu.items():
             gpu = gpu_of_node(world, node)
             limit = float(TDP_W.get(gpu.name, 700))
-            seen = [GpuReading(index, reported[1], readings[node][index][1], limit)
+            seen = [GpuReading(index, reported[1], readings[node][index].power_w, limit)
                     for index, reported in sorted(gpus.items()) if reported is not None]
             scraped = {g.pod for g in seen}
             frame[node] = NodeFrame(gpu.aliases[0], tuple(seen),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from scoring import dcgm
 from scoring.telemetry import GpuSample
@@ -13,10 +13,13 @@ def _escape(value: str) -> str:
 
 
 def render_exposition(readings: Sequence[GpuSample], *, hostname_label: str = "Hostname",
-                      profiling: bool = False) -> str:
-    """Exposition text for every reading, one family at a time with `# HELP` and `# TYPE`."""
+                      profiling: bool = False, extra: Sequence[Mapping[str, float | None]] = ()) -> str:
+    """Exposition text for every reading, one family at a time with `# HELP` and `# TYPE`; `extra`
+    (one mapping per reading, metric → value) adds or overrides fields the sample does not carry."""
     prefixes = [",".join(f'{k}="{_escape(v)}"' for k, v in dcgm.exporter_labels(r, hostname_label)) for r in readings]
     values = [dcgm.exporter_values(r, profiling) for r in readings]
+    for own, more in zip(values, extra):
+        own.update(more)
     lines: list[str] = []
     for metric in values[0] if values else ():
         kind, text = dcgm.HELP[metric]

@@ -29,7 +29,7 @@ from descheduler.cluster import namespace_object
 from scoring.claims import book_from_objects, class_of, class_resource
 from scoring.policy import OptInPolicy, PlacementPolicy
 from sim.llm import world as serving_world
-from sim.llm.world import ServingState, ServingWorld
+from sim.llm.world import GpuReport, ServingState, ServingWorld
 from sim.scenario import PoolShape, Scenario
 from sim.scheduler import IMAGE_SIZE_ANNOTATION, NO_CONTEXT, ClusterContext, NodeState, claimed_devices, pod_key
 
@@ -124,8 +124,8 @@ class World:
     templates: dict[tuple[str, str], dict] = field(default_factory=dict)
     """(namespace, name) → ResourceClaimTemplate object, for the listing (`cluster_objects`)."""
     seed: int = 0
-    gpu_readings: list[dict[str, dict[int, tuple[float, float]]]] = field(default_factory=list)
-    """Per tick in the serving world: node → GPU index → (FB used MiB, power W) as exported."""
+    gpu_readings: list[dict[str, dict[int, GpuReport]]] = field(default_factory=list)
+    """Per tick in the serving world: node → GPU index → what dcgm-exporter reports of it."""
     llm: ServingWorld = field(default_factory=ServingWorld)
     """The serving world's own state (unused while `scenario.llm` is off)."""
 
@@ -160,7 +160,8 @@ def build_world(scenario: Scenario, seed: int) -> World:
     for position, (name, pool, i) in enumerate(_pool_nodes(scenario)):
         zone = f"zone-{position % f.zones}"
         clique = f"cluster-1.{i // pool.nodes_per_clique}" if not f.pools else f"{pool.name}.{i // pool.nodes_per_clique}"
-        labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", **pool.labels, "kubernetes.io/hostname": name,
+        labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", **pool.labels, **pool.sharing_labels,
+                  "kubernetes.io/hostname": name,
                   "topology.kubernetes.io/zone": zone, "nvidia.com/gpu.clique": clique}
         nodes[name] = NodeState.from_object({
             "metadata": {"name": name, "labels": labels},

@@ -96,11 +96,11 @@ def _served_samples(world: World, lag: int) -> list[GpuSample]:
             if reported is None:
                 continue
             util, key = reported
-            used, watts = readings[name][index]
+            report = readings[name][index]
             samples.append(GpuSample(node=name, gpu=str(index), uuid=f"GPU-{name}-{index}", model=model,
                                      pci_bus_id=f"00000000:{0x18 + index:02X}:00.0", util_percent=util,
-                                     fb_used_mib=used, fb_free_mib=memory_mib - used,
-                                     temperature_c=30 + 0.06 * watts, power_w=watts,
+                                     fb_used_mib=report.fb_used_mib, fb_free_mib=memory_mib - report.fb_used_mib,
+                                     temperature_c=report.temperature_c, power_w=report.power_w,
                                      pod=PodRef(*key.split("/", 1)) if key else None))
     return samples
 

@@ -36,6 +36,10 @@ class PoolShape:
     """e.g. "1g.10gb": the pool's nodes offer `nvidia.com/mig-1g.10gb` instead of `nvidia.com/gpu`."""
     instances_per_gpu: int = 1
     nodes_per_clique: int = 4
+    sharing: str = ""
+    """`time-slicing` or `mps`: NVIDIA's device plugin advertises each GPU as `replicasPerGpu`
+    `nvidia.com/gpu`, and the pods given one GPU's replicas share its SMs and memory."""
+    replicas_per_gpu: int = 1
 
     @property
     def resource(self) -> str:
@@ -48,7 +52,19 @@ class PoolShape:
 
     @property
     def units_per_node(self) -> int:
-        return self.gpus_per_node * (self.instances_per_gpu if self.mig_profile else 1)
+        return self.gpus_per_node * (self.instances_per_gpu if self.mig_profile else self.shares_per_gpu)
+
+    @property
+    def shares_per_gpu(self) -> int:
+        """Pods one GPU can be given: its replicas where it is shared, else 1."""
+        return self.replicas_per_gpu if self.sharing else 1
+
+    @property
+    def sharing_labels(self) -> dict[str, str]:
+        """What GPU feature discovery labels a node with shared GPUs with."""
+        if not self.sharing:
+            return {}
+        return {"nvidia.com/gpu.replicas": str(self.replicas_per_gpu), "nvidia.com/gpu.sharing-strategy": self.sharing}
 
 
 @dataclass(frozen=True)
@@ -241,6 +257,14 @@ BUILT_IN = {
     "llm-training-mix": Scenario(name="llm-training-mix", hours=2.0, serving=ServingShape(model="Llama-3.1-8B"),
                                  inference=InferenceShape(services=30, mean_demand_fraction=0.3),
                                  training=TrainingShape(jobs_per_hour=1.5)),
+    # The same fleet and traffic as llm-fleet, its GPUs time-sliced in two (the GPU Operator's
+    # time-slicing, `replicas: 2`), as platform teams share GPUs between small services: each
+    # replica gets half the memory, and the replicas of one GPU take turns on its SMs. Demand is
+    # a share of the advertised units, so half of llm-fleet's per GPU unit gives its load per GPU.
+    "llm-shared-gpus": Scenario(name="llm-shared-gpus", hours=2.0, serving=ServingShape(model="Llama-3.1-8B"),
+                                fleet=FleetShape(pools=(PoolShape("shared", 32, 8, sharing="time-slicing",
+                                                                  replicas_per_gpu=2),)),
+                                inference=InferenceShape(mean_demand_fraction=0.175)),
     "node-failure": Scenario(name="node-failure", hours=4.0,
                              events=Events(node_failures_at_hour=1.5, failed_nodes=3, failure_duration_hours=1.0)),
 }
@@ -275,6 +299,7 @@ def load_scenario(text: str) -> Scenario:
 
 def _check_serving(scenario: Scenario) -> None:
     """The serving world knows its model and every pool's GPU, and runs whole GPUs only."""
+    from sim.llm.engine import GPU_MEMORY_UTILIZATION
     from sim.llm.hardware import gpu_of_product, model_named
 
     try:
@@ -283,7 +308,10 @@ def _check_serving(scenario: Scenario) -> None:
             if pool.mig_profile:
                 raise PolicyError(f"fleet.pools: pool {pool.name!r} is MIG; the serving world (serving.model) "
                                   "models whole GPUs only")
-            gpu_of_product(pool_product(pool))
+            gpu, model = gpu_of_product(pool_product(pool)), model_named(scenario.serving.model)
+            if model.weight_bytes >= GPU_MEMORY_UTILIZATION / pool.shares_per_gpu * gpu.memory_bytes:
+                raise PolicyError(f"fleet.pools: pool {pool.name!r} gives each pod 1/{pool.shares_per_gpu} of a "
+                                  f"{gpu.name}: {scenario.serving.model}'s weights do not fit")
     except KeyError as error:
         raise PolicyError(f"serving.model: {error.args[0]}") from None
 
@@ -358,6 +386,9 @@ def _ranges(scenario: Scenario) -> list[tuple[str, bool, str]]:
         checks += [within(f"fleet.pools[{i}].nodes", pool.nodes, 1, 2000),
                    within(f"fleet.pools[{i}].gpusPerNode", pool.gpus_per_node, 1, 16),
                    within(f"fleet.pools[{i}].instancesPerGpu", pool.instances_per_gpu, 1, 7),
+                   (f"fleet.pools[{i}].sharing", pool.sharing in ("", "time-slicing", "mps")
+                    and not (pool.sharing and pool.mig_profile), "time-slicing or mps, on a pool without MIG"),
+                   within(f"fleet.pools[{i}].replicasPerGpu", pool.replicas_per_gpu, 1, 16),
                    at_least(f"fleet.pools[{i}].nodesPerClique", pool.nodes_per_clique, 1)]
     checks += [within(f"inference.poolShares[{i}].share", share.share, 0, 1)
                for i, share in enumerate(inf.pool_shares)]

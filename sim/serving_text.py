@@ -21,6 +21,9 @@ SERVERS = tuple(server.name for server in DEFAULT_SERVERS)
 VLLM_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 """vLLM's time-to-first-token buckets (seconds)."""
+VLLM_TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                     40.0, 80.0)
+"""vLLM's time-per-output-token buckets (seconds)."""
 SGLANG_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0)
 TGI_BUCKETS = tuple(round(0.001 * 1.5 ** i, 6) for i in range(35))
 """TGI's request-duration buckets: exponential from 1 ms, factor 1.5."""
@@ -42,6 +45,8 @@ class ServedReplica:
     """The KV cache's used share, 0–1 (vLLM, SGLang); rendered only when set."""
     running: float | None = None
     """Requests in the running batch (vLLM, SGLang, TGI); rendered only when set."""
+    tpot_mean_seconds: float | None = None
+    """Mean time per output token (vLLM's histogram, exponential around it); rendered only when set."""
 
 
 def _labels(replica: ServedReplica, own: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -85,17 +90,19 @@ _LOAD_GAUGES = (
 
 
 def _histogram(name: str, help_text: str, buckets: Sequence[float], replicas: Sequence[ServedReplica],
-               own: OwnLabels, elapsed: float) -> list[str]:
+               own: OwnLabels, elapsed: float, mean: Callable[[ServedReplica], float] | None = None) -> list[str]:
+    """An exponential distribution around each replica's `mean` (its mean latency unless given)."""
     lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
     for replica in replicas:
         labels = _labels(replica, own(replica))
         count = replica.requests_per_second * elapsed
+        average = mean(replica) if mean else replica.mean_latency_seconds
         for le in buckets:
-            share = 1 - math.exp(-le / replica.mean_latency_seconds)
+            share = 1 - math.exp(-le / average)
             lines.append(f'{name}_bucket{{{_text([("le", repr(float(le))), *labels])}}} {count * share!r}')
         lines.append(f'{name}_bucket{{{_text([("le", "+Inf"), *labels])}}} {count!r}')
         lines.append(f"{name}_count{{{_text(labels)}}} {count!r}")
-        lines.append(f"{name}_sum{{{_text(labels)}}} {count * replica.mean_latency_seconds!r}")
+        lines.append(f"{name}_sum{{{_text(labels)}}} {count * average!r}")
     return lines
 
 
@@ -119,6 +126,10 @@ def render_serving(replicas: Sequence[ServedReplica], elapsed_seconds: float) ->
                         if gauge_server == server and getattr(r, figure) is not None]
                 if rows:
                     lines += _gauge(name, help_text, "gauge", rows)
+            if server == "vllm" and (timed := [r for r in served if r.tpot_mean_seconds]):
+                lines += _histogram("vllm:time_per_output_token_seconds", "Histogram of time per output token in "
+                                    "seconds.", VLLM_TPOT_BUCKETS, timed, own, elapsed,
+                                    mean=lambda r: r.tpot_mean_seconds)
     if triton := by_server["triton"]:
         own = _OWN["triton"]
         lines += _gauge("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
@@ -161,5 +172,5 @@ def served_from_world(observed: dict[str, ServingState]) -> list[ServedReplica]:
     p95 that is (mean = p95 / ln 20), and the batch and KV cache where the world reports them."""
     return [ServedReplica(key.split("/", 1)[0], key.split("/", 1)[1], "vllm", queue=state.waiting,
                           mean_latency_seconds=state.ttft_p95_s / math.log(20), node=state.node,
-                          kv_usage=state.kv_usage, running=state.running)
+                          kv_usage=state.kv_usage, running=state.running, tpot_mean_seconds=state.tpot_mean_s)
             for key, state in sorted(observed.items())]

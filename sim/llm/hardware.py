@@ -2,7 +2,7 @@
 
 GPU figures are the vendors' datasheet numbers: memory, memory bandwidth, and dense BF16 tensor
 throughput (half the "with sparsity" figure; for the RTX 4090, the FP32-accumulate rate, which
-is what BF16 GEMMs in PyTorch use). DCGM reports a GPU by `modelName` (the `modelName` label of
+is what BF16 GEMMs in PyTorch use), and the boost clock. DCGM reports a GPU by `modelName` (the `modelName` label of
 dcgm-exporter's series); those strings are aliases here. Model figures are from each model's
 published config (`config.json`): parameters, layers, KV heads, head size; weights and KV cache
 in BF16.
@@ -24,6 +24,8 @@ class Gpu:
     """Dense BF16 tensor-core peak, FLOP/s."""
     aliases: tuple[str, ...] = ()
     """DCGM `modelName` strings of this GPU."""
+    max_sm_clock_mhz: float = 1980.0
+    """The datasheet's boost clock: what `DCGM_FI_DEV_SM_CLOCK` reads while a kernel runs unthrottled."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +56,13 @@ class Model:
 
 
 GPUS = {gpu.name: gpu for gpu in (
-    Gpu("A100-40GB", 40 * GIB, 1555e9, 312e12, ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB")),
-    Gpu("A100-80GB", 80 * GIB, 2039e9, 312e12, ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe")),
-    Gpu("H100-80GB", 80 * GIB, 3350e9, 989e12, ("NVIDIA H100 80GB HBM3", "NVIDIA H100-SXM5-80GB")),
-    Gpu("H200", 141 * 10**9, 4800e9, 989e12, ("NVIDIA H200", "NVIDIA H200 NVL")),
-    Gpu("L4", 24 * GIB, 300e9, 121e12, ("NVIDIA L4",)),
-    Gpu("L40S", 48 * GIB, 864e9, 362e12, ("NVIDIA L40S",)),
-    Gpu("RTX-4090", 24 * GIB, 1008e9, 165e12, ("NVIDIA GeForce RTX 4090",)),
+    Gpu("A100-40GB", 40 * GIB, 1555e9, 312e12, ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"), 1410),
+    Gpu("A100-80GB", 80 * GIB, 2039e9, 312e12, ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"), 1410),
+    Gpu("H100-80GB", 80 * GIB, 3350e9, 989e12, ("NVIDIA H100 80GB HBM3", "NVIDIA H100-SXM5-80GB"), 1980),
+    Gpu("H200", 141 * 10**9, 4800e9, 989e12, ("NVIDIA H200", "NVIDIA H200 NVL"), 1980),
+    Gpu("L4", 24 * GIB, 300e9, 121e12, ("NVIDIA L4",), 2040),
+    Gpu("L40S", 48 * GIB, 864e9, 362e12, ("NVIDIA L40S",), 2520),
+    Gpu("RTX-4090", 24 * GIB, 1008e9, 165e12, ("NVIDIA GeForce RTX 4090",), 2520),
 )}
 
 MODELS = {model.name: model for model in (
@@ -91,7 +93,9 @@ def model_named(name: str) -> Model:
 
 def gpu_of_product(product: str) -> Gpu:
     """A GPU by its node's `nvidia.com/gpu.product` label, which GPU feature discovery writes as
-    the `modelName` with dashes for spaces (NVIDIA-H100-80GB-HBM3)."""
+    the `modelName` with dashes for spaces (NVIDIA-H100-80GB-HBM3), `-SHARED` after it where the
+    GPU is shared by time-slicing or MPS."""
+    product = product.removesuffix("-SHARED")
     try:
         return gpu_named(product.replace("-", " "))
     except KeyError:

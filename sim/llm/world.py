@@ -17,7 +17,17 @@ The node's slowdown, s = 1 + contention.scale × (host CPU + power + PCIe), chan
   measured 137–300 W on an H200); a training GPU draws 95 % of TDP (assumption); past the node's
   budget the share over it times `powerSensitivity`;
 - PCIe: `pciePenalty` for a replica whose switch carries a training worker's GPU or a replica
-  still loading its weights.
+  still loading its weights;
+- a shared GPU (a pool with `sharing: time-slicing` or `mps`, `replicasPerGpu` pods a GPU): each
+  replica's steps stretch by what its neighbours on the GPU took the tick before — their kernel
+  share under time-slicing (contexts take turns), the busier of their DRAM and tensor activity
+  under MPS (kernels run together); each replica gets 1 / `replicasPerGpu` of vLLM's 90 % of the
+  memory, so a smaller KV cache (both laws: assumption).
+
+The exporters see each GPU from what runs on it (`GpuReport`): the kernel share, the profiling
+fields, the preallocated framebuffer, power from activity, temperature from power, the SM clock
+(its boost clock, held down past the node's power budget with the SW power cap reason; an idle
+GPU parks its clock with the GPU idle reason).
 
 Request-level percentiles: each replica's requests this tick carry its TTFT, TPOT and E2E
 quantiles, weighted by its request count, into log-binned histograms over the run.
@@ -31,7 +41,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from sim.llm.engine import GPU_MEMORY_UTILIZATION
+from sim.llm.engine import GPU_MEMORY_UTILIZATION, Knobs
 from sim.llm.hardware import Gpu, Model, gpu_of_product, model_named
 from sim.llm.profile import QUANTILES, ReplicaProfile, RequestMix, profile
 from sim.llm.telemetry import MIB
@@ -49,7 +59,48 @@ IDLE_SHARE = 0.1
 TRAINING_POWER_SHARE = 0.95
 """Training GPUs run near their power limit: assumption."""
 TRAINING_UTIL = 98.0
+TRAINING_ACTIVITY = (0.5, 0.6, 0.5)
+"""A training GPU's DRAM, tensor-pipe and SM-occupancy activity: assumption (large GEMMs keep the
+tensor pipes busier than decode does)."""
 IDLE_FB_MIB = 500.0
+IDLE_SM_CLOCK_MHZ = 345.0
+"""The SM clock an idle data-centre GPU parks at: assumption."""
+AMBIENT_C, KELVIN_PER_WATT = 24.0, 0.065
+"""GPU temperature = ambient + power × thermal resistance: assumption, put through the idle H100s
+of a real scrape (`shared/real_exporters/aicr-h100-…`: 26–30 °C at 66–69 W); 70 °C at 700 W."""
+GPU_IDLE, SW_POWER_CAP = 0x1, 0x4
+"""NVML's clock-event reasons (`DCGM_FI_DEV_CLOCK_THROTTLE_REASONS` is their bitmask): the clocks
+are low because nothing runs, or because the power limit holds them down."""
+
+
+class GpuReport(NamedTuple):
+    """One GPU as dcgm-exporter reports it at a tick, derived from what runs on it."""
+
+    fb_used_mib: float
+    power_w: float
+    sm_clock_mhz: float
+    temperature_c: float
+    clock_reasons: int
+    """NVML clock-event reasons bitmask: `GPU_IDLE`, `SW_POWER_CAP`."""
+    sm_active: float
+    """The kernel share, 0–1 (GR_ENGINE_ACTIVE and SM_ACTIVE; GPU_UTIL × 100 before noise)."""
+    sm_occupancy: float
+    pipe_tensor_active: float
+    dram_active: float
+
+
+def gpu_report(gpu: Gpu, fb_used_mib: float, watts: float, busy: float, occupancy: float, tensor: float,
+               dram: float, power_excess: float) -> GpuReport:
+    """A GPU's report from its activity and its node's power excess (scale included): past the
+    budget the node's power manager lowers the clocks until the draw fits, clock ∝ power
+    (assumption), so the clock falls as 1 / (1 + excess) with the reason SW power cap."""
+    if busy <= 0:
+        return GpuReport(fb_used_mib, watts, IDLE_SM_CLOCK_MHZ, AMBIENT_C + KELVIN_PER_WATT * watts, GPU_IDLE,
+                         0.0, 0.0, 0.0, 0.0)
+    capped = power_excess > 0
+    return GpuReport(fb_used_mib, watts, gpu.max_sm_clock_mhz / (1 + power_excess),
+                     AMBIENT_C + KELVIN_PER_WATT * watts, SW_POWER_CAP if capped else 0, busy, occupancy, tensor,
+                     dram)
 
 
 class ServingState(NamedTuple):
@@ -131,8 +182,18 @@ def gpu_of_node(world: World, node: str) -> Gpu:
     return gpu_of_product(world.nodes[node].labels.get("nvidia.com/gpu.product", ""))
 
 
+def shares_of(world: World, node: str) -> int:
+    """Pods one of the node's GPUs is given: its time-slicing or MPS replicas, else 1."""
+    labels = world.nodes[node].labels
+    return int(labels.get("nvidia.com/gpu.replicas", "1")) if "nvidia.com/gpu.sharing-strategy" in labels else 1
+
+
 def profile_of(world: World, node: str) -> ReplicaProfile:
-    return profile(gpu_of_node(world, node), model_of(world), mix_of(world))
+    """The replica as it runs on the node: on a GPU shared k ways, vLLM is started with
+    `--gpu-memory-utilization` 0.9 / k, so its KV cache is what the weights leave of that."""
+    shares = shares_of(world, node)
+    knobs = Knobs(gpu_memory_utilization=GPU_MEMORY_UTILIZATION / shares) if shares > 1 else Knobs()
+    return profile(gpu_of_node(world, node), model_of(world), mix_of(world), knobs)
 
 
 def ready_seconds(world: World, pod: SimPod, node: str) -> float:
@@ -164,41 +225,69 @@ def on_lost(world: World, pod: SimPod) -> None:
 
 
 def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
-                    ) -> tuple[dict[str, float], dict[tuple[str, int], float]]:
-    """Each node's step slowdown (CPU and power), and the PCIe penalty per (node, first GPU index)."""
+                    ) -> tuple[dict[str, float], dict[tuple[str, int], float], dict[str, float], dict[str, float]]:
+    """Each node's step slowdown (CPU and power), the PCIe penalty per (node, first GPU index),
+    each node's power over its budget (as a share of it, times the scale: what its clocks lose),
+    and the SM-sharing stretch per replica on a shared GPU (pod key)."""
     from sim.engine import gpu_count
 
     co = world.scenario.contention
-    slowdown, pcie = {}, {}
+    slowdown, pcie, power_excess, sharing = {}, {}, {}, {}
     for name, pods in by_node.items():
         tdp = TDP_W.get(gpu_of_node(world, name).name, 700)
-        cores = host_power = 0.0
+        shares = shares_of(world, name)
+        gpu_total = world.units[name] // shares
+        mps = world.nodes[name].labels.get("nvidia.com/gpu.sharing-strategy") == "mps"
+        cores = 0.0
         index, noisy_switches, placed = 0, set(), []
+        activity: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        """Physical GPU → summed DRAM and tensor activity of its replicas, and 1 when it trains."""
+        on_gpu: dict[int, list[tuple[str, float]]] = defaultdict(list)
         for pod in pods:
             count = gpu_count(pod)
-            switches = {(index + i) // co.gpus_per_pcie_switch for i in range(count)}
+            gpus = {gpu_of_unit(index + i, gpu_total) for i in range(count)}
+            switches = {g // co.gpus_per_pcie_switch for g in gpus}
             placed.append((pod, index, switches))
             if pod.training_job is not None:
                 cores += co.training_cores_per_worker
-                host_power += count * tdp * TRAINING_POWER_SHARE
+                for g in gpus:
+                    activity[g][2] = 1.0
                 noisy_switches |= switches
             else:
                 cores += co.host_cores_per_replica
-                dram, tensor = world.llm.activity.get(pod_key(pod.obj), (0.0, 0.0))
-                host_power += count * power_w(tdp, dram, tensor)
+                dram, tensor, busy = world.llm.activity.get(pod_key(pod.obj), (0.0, 0.0, 0.0))
+                for g in gpus:
+                    activity[g][0] += dram
+                    activity[g][1] += tensor
                 if not is_ready(world, pod):
                     noisy_switches |= switches
+                elif shares > 1:
+                    demand = _sharing_demand(mps, busy, dram, tensor)
+                    on_gpu[gpu_of_unit(index, gpu_total)].append((pod_key(pod.obj), demand))
             index += count
-        host_power += (world.units[name] - index) * tdp * IDLE_SHARE
+        host_power = sum(tdp * TRAINING_POWER_SHARE if training else power_w(tdp, min(1.0, dram), min(1.0, tensor))
+                         for dram, tensor, training in activity.values())
+        host_power += (gpu_total - len(activity)) * tdp * IDLE_SHARE
         cpu = max(0.0, cores / world.nodes[name].allocatable.get("cpu", 1) - 1)
-        budget = co.gpu_power_budget_share * tdp * world.units[name]
-        power = max(0.0, host_power / budget - 1) * co.power_sensitivity
-        slowdown[name] = 1 + co.scale * (cpu + power)
+        budget = co.gpu_power_budget_share * tdp * gpu_total
+        power_excess[name] = co.scale * max(0.0, host_power / budget - 1)
+        slowdown[name] = 1 + co.scale * cpu + power_excess[name] * co.power_sensitivity
         for pod, first, switches in placed:
             # A replica's own loading does not slow it (it does not serve yet); a neighbour's does.
             shared = pod.training_job is None and is_ready(world, pod) and switches & noisy_switches
             pcie[name, first] = co.scale * co.pcie_penalty if shared else 0.0
-    return slowdown, pcie
+        for replicas in on_gpu.values():
+            total = sum(demand for _, demand in replicas)
+            for key, demand in replicas:
+                sharing[key] = co.scale * (total - demand)
+    return slowdown, pcie, power_excess, sharing
+
+
+def _sharing_demand(mps: bool, busy: float, dram: float, tensor: float) -> float:
+    """What a replica takes of a GPU it shares, as its neighbours' steps feel it: under
+    time-slicing the contexts take turns, so its kernel share of the time; under MPS kernels run
+    together, so the busier of the memory interface and the tensor pipes (both: assumption)."""
+    return max(dram, tensor) if mps else busy
 
 
 def power_w(tdp: float, dram: float, tensor: float) -> float:
@@ -243,28 +332,31 @@ def measure(world: World):
             # No replica serves: the service's requests wait a tick at least (a lower bound).
             rate = demand * _any_profile(world, service, profiles).saturation_rps
             _tally_flat(world, rate * dt, dt * 1000)
-    slowdown, pcie = _node_slowdowns(world, {n: by_node.get(n, []) for n in up})
+    slowdown, pcie, power_excess, sharing = _node_slowdowns(world, {n: by_node.get(n, []) for n in up})
     even = _even_slowdowns(world, slowdown, up)
     rows = _Rows()
     per_gpu: dict[str, dict[int, tuple[float, str | None] | None]] = defaultdict(dict)
-    readings: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
+    readings: dict[str, dict[int, GpuReport]] = defaultdict(dict)
     serving: dict[str, ServingState] = {}
     work: dict[str, float] = {}
     noise = np.random.default_rng([world.seed, world.tick])
     for name in up:
         prof, gpu = profiles[name], gpu_of_node(world, name)
-        tdp = TDP_W.get(gpu.name, 700)
-        busy_units, index = 0.0, 0
+        tdp, shares = TDP_W.get(gpu.name, 700), shares_of(world, name)
+        preallocated = GPU_MEMORY_UTILIZATION / shares * gpu.memory_bytes / MIB
+        busy_units, index, units = 0.0, 0, []
         for pod in by_node.get(name, ()):
             count = gpu_count(pod)
             key = pod_key(pod.obj)
             if pod.training_job is not None:
                 util, fb, watts = TRAINING_UTIL, 0.8 * gpu.memory_bytes / MIB, tdp * TRAINING_POWER_SHARE
+                dram, tensor, occupancy = TRAINING_ACTIVITY
                 busy_units += count
             elif not is_ready(world, pod):
-                util, fb, watts = 0.0, GPU_MEMORY_UTILIZATION * gpu.memory_bytes / MIB, tdp * IDLE_SHARE
+                util, fb, watts = 0.0, preallocated, tdp * IDLE_SHARE
+                dram = tensor = occupancy = 0.0
             else:
-                s = slowdown[name] + pcie.get((name, index), 0.0)
+                s = slowdown[name] + pcie.get((name, index), 0.0) + sharing.get(key, 0.0)
                 rows.pods.append(pod)
                 rows.nodes.append(name)
                 rows.load.append(pod.load)
@@ -274,18 +366,21 @@ def measure(world: World):
                 util = 100 * float(prof.mix_of(prof.busy, lower, share)[0])
                 dram = float(prof.mix_of(prof.dram_active, lower, share)[0])
                 tensor = float(prof.mix_of(prof.tensor_active, lower, share)[0])
-                world.llm.activity[key] = (dram, tensor)
-                fb, watts = GPU_MEMORY_UTILIZATION * gpu.memory_bytes / MIB, power_w(tdp, dram, tensor)
+                occupancy = float(prof.mix_of(prof.sm_occupancy, lower, share)[0])
+                world.llm.activity[key] = (dram, tensor, util / 100)
+                fb, watts = preallocated, power_w(tdp, dram, tensor)
                 busy_units += min(1.0, pod.load * s) * count
-            for _ in range(count):
-                reported = None if noise.random() < sv.missing_scrape_share else (
-                    float(np.clip(util + noise.normal(0, sv.util_noise_percent) if util else 0.0, 0, 100)), key)
-                per_gpu[name][index] = reported
-                readings[name][index] = (fb, watts)
-                index += 1
-        for spare in range(index, world.units[name]):
-            per_gpu[name][spare] = None if noise.random() < sv.missing_scrape_share else (0.0, None)
-            readings[name][spare] = (IDLE_FB_MIB, tdp * IDLE_SHARE)
+            units += [_Unit(util, fb, watts, occupancy, tensor, dram, key)] * count
+            index += count
+        units += [_Unit(0.0, IDLE_FB_MIB / shares, tdp * IDLE_SHARE, 0.0, 0.0, 0.0, None)] * (world.units[name] - index)
+        if shares > 1:
+            units = _as_shared(units, world.units[name] // shares, tdp)
+        for index, unit in enumerate(units):
+            per_gpu[name][index] = None if noise.random() < sv.missing_scrape_share else (
+                float(np.clip(unit.util + noise.normal(0, sv.util_noise_percent) if unit.util else 0.0, 0, 100)),
+                unit.key)
+            readings[name][index] = gpu_report(gpu, unit.fb, unit.watts, unit.util / 100, unit.occupancy,
+                                               unit.tensor, unit.dram, power_excess[name])
         work[name] = 100 * busy_units / world.units[name]
     _serve(world, rows, profiles, serving, dt)
     _serve_lost(world, profiles)
@@ -294,6 +389,40 @@ def measure(world: World):
     world.gpu_readings.append(dict(readings))
     world.serving.append(serving)
     return TickSample(work, len(world.pending()), [], [])
+
+
+class _Unit(NamedTuple):
+    """What one schedulable GPU unit shows before the exporter's noise: its pod's figures, or,
+    on a shared GPU, the GPU's."""
+
+    util: float
+    fb: float
+    watts: float
+    occupancy: float
+    tensor: float
+    dram: float
+    key: str | None
+
+
+def gpu_of_unit(unit: int, gpus: int) -> int:
+    """The GPU behind a unit of a shared node: NVIDIA's device plugin hands a pod the replica of
+    the GPU with the fewest given out (k8s-device-plugin's distributed allocation, best effort:
+    NVIDIA/k8s-device-plugin #491), so a node's GPUs fill one replica deep before any is shared."""
+    return unit % gpus
+
+
+def _as_shared(units: list[_Unit], gpus: int, tdp: float) -> list[_Unit]:
+    """A shared node's units as the GPUs they are: activity summed (at most all of it), memory
+    summed, power from the sum; each unit keeps its pod."""
+    combined = []
+    for gpu in range(gpus):
+        on = units[gpu::gpus]
+        dram, tensor = min(1.0, sum(u.dram for u in on)), min(1.0, sum(u.tensor for u in on))
+        trains = any(u.util == TRAINING_UTIL for u in on)
+        combined.append(_Unit(min(100.0, sum(u.util for u in on)), sum(u.fb for u in on),
+                              tdp * TRAINING_POWER_SHARE if trains else power_w(tdp, dram, tensor),
+                              min(1.0, sum(u.occupancy for u in on)), tensor, dram, None))
+    return [combined[gpu_of_unit(i, gpus)]._replace(key=u.key) for i, u in enumerate(units)]
 
 
 def _mean_reported(gpus: dict[int, tuple[float, str | None] | None]) -> float:

@@ -4,6 +4,7 @@ exporter telemetry, moves that cost time, and request-level figures."""
 from __future__ import annotations
 
 import json
+import re
 import random
 from dataclasses import replace
 
@@ -18,7 +19,7 @@ from sim.llm.profile import RequestMix, _requests, open_loop, profile
 from sim.llm.world import ready_seconds
 from sim.policies import make_policy, observed_samples, target_load_packing
 from sim.run import run_policy
-from sim.scenario import FleetShape, InferenceShape, ServingShape, load_scenario, named
+from sim.scenario import FleetShape, InferenceShape, PoolShape, ServingShape, load_scenario, named
 
 H100, LLAMA = gpu_named("H100-80GB"), model_named("Llama-3.1-8B")
 MIX = RequestMix(1020, 129, 0.8)
@@ -153,16 +154,20 @@ def test_the_oracle_books_what_it_places_at_once():
     ("name: x\nserving: {model: Llama-3.1-8B}\nfleet: {pools: [{name: m, migProfile: 1g.10gb, instancesPerGpu: 7}]}",
      "is MIG; the serving world"),
     ("name: x\ncontention: {scale: -1}", "contention.scale: out of range"),
+    ("name: x\nfleet: {pools: [{name: s, sharing: vgpu, replicasPerGpu: 2}]}", "fleet.pools[0].sharing: out of range"),
+    ("name: x\nserving: {model: Llama-3.1-8B}\nfleet: {pools: [{name: s, sharing: time-slicing, replicasPerGpu: 2, "
+     "labels: {nvidia.com/gpu.product: NVIDIA-L4}}]}", "gives each pod 1/2 of a L4: Llama-3.1-8B's weights do not fit"),
     ("name: x\nserving: {model: Llama-3.1-8B, ttftSloMs: 0}", "serving.ttftSloMs: out of range"),
 ])
 def test_a_bad_serving_world_is_refused_naming_the_field(text, message):
-    with pytest.raises(PolicyError, match=message.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(PolicyError, match=re.escape(message)):
         load_scenario(text)
 
 
 def test_a_node_product_label_names_its_gpu():
     assert gpu_of_product("NVIDIA-H100-80GB-HBM3").name == "H100-80GB"
     assert gpu_of_product("NVIDIA-L4").name == "L4"
+    assert gpu_of_product("NVIDIA-H100-80GB-HBM3-SHARED").name == "H100-80GB"  # GFD's name for a shared GPU
     with pytest.raises(KeyError, match="unknown GPU"):
         gpu_of_product("NVIDIA-B300")
 
@@ -205,3 +210,29 @@ def test_load_aware_packs_a_warm_node_up_to_its_target_then_counts_what_it_just_
     policy.bound(world, first, warm)
     second = service_pod(world, services[1])
     assert policy.place(world, second) == idle  # the warm node would pass the target now
+
+
+def test_replicas_time_sliced_on_one_gpu_take_turns_on_it_and_at_scale_zero_they_do_not():
+    shared = replace(named("llm-shared-gpus"), fleet=FleetShape(pools=(
+        PoolShape("shared", 2, 1, sharing="time-slicing", replicas_per_gpu=2),)), inference=InferenceShape(services=2))
+    ttft = {}
+    for scale, together in ((1.0, True), (1.0, False), (0.0, True)):
+        world = build_world(replace(shared, contention=replace(shared.contention, scale=scale)), 1)
+        first, second = list(world.nodes)
+        pods = [service_pod(world, service) for service in world.services.values()]
+        bind(world, pods[0], first)
+        bind(world, pods[1], first if together else second)  # a node's two units are its one GPU
+        for tick in range(3):  # the neighbour's turn is what it ran the tick before
+            world.tick = tick
+            for pod in pods:
+                pod.ready_at = 0.0
+            measure(world)
+        key = f"inference/{pods[0].obj['metadata']['name']}"
+        ttft[scale, together] = world.serving[-1][key].ttft_p95_s
+        if together:
+            (gpu,) = {world.gpu_readings[-1][first][unit] for unit in (0, 1)}  # both units report the one GPU
+            assert gpu.fb_used_mib == pytest.approx(0.9 * 80 * 1024, rel=0.01)  # 0.45 of it each
+            assert {world.gpu_util[-1][first][unit][1] for unit in (0, 1) if world.gpu_util[-1][first][unit]} <= {
+                f"inference/{p.obj['metadata']['name']}" for p in pods}
+    assert ttft[1.0, True] > 1.3 * ttft[1.0, False]
+    assert ttft[0.0, True] == pytest.approx(ttft[1.0, False], rel=1e-9)

@@ -7,7 +7,8 @@ or queue stayed over target for the window (its low quantile); from such a node 
 misses its target most moves, one per run. A pod is evicted
 only when a cool node that the pod could be scheduled on (its selector, affinity, tolerations:
 `scoring.feasibility`) has free GPUs of the kind it needs; that capacity is reserved as the plan
-is built, so one cool node is not promised twice.
+is built, so one cool node is not promised twice. And only when the move pays: what it gains over
+the payback horizon must exceed what restarting the pod costs (`descheduler.payback`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from datetime import datetime
 from descheduler.cluster import Cluster, NodeInfo, PodInfo
 from descheduler.filters import why_not_evictable
 from descheduler.ledger import LedgerState
+from descheduler.payback import Payback, payback
 from scoring.feasibility import why_infeasible
 from scoring.heat import SLOW_SERVING, FleetHeat, NodeHeat, Tier
 from scoring.policy import DeschedulerPolicy
@@ -42,6 +44,8 @@ class PlannedEviction:
     node: str
     workload: str
     reason: str
+    payback: Payback | None = None
+    """What the move gains and what its restart costs (None with the payback rule off)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,12 +228,31 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
                     "node selector, affinity or tolerations)")
                 skipped.append(Skip(pod.namespace, pod.name, why))
                 continue
-            evictions.append(PlannedEviction(pod.namespace, pod.name, node_name, pod.workload,
-                                             f"{source_reason}; pod's GPUs ~{share:.0f} points; room on {destination}"))
+            move = _payback(pod, heat, destination, snapshot, policy)
+            if move is not None and not move.pays:
+                spare[destination].update(dict(pod.gpu_resources))
+                skipped.append(Skip(pod.namespace, pod.name, f"move does not pay: {move.describe()}"))
+                continue
+            evictions.append(PlannedEviction(
+                pod.namespace, pod.name, node_name, pod.workload,
+                f"{source_reason}; pod's GPUs ~{share:.0f} points; " + (f"{move.describe()}; " if move else "")
+                + f"room on {destination}", move))
             per_node[node_name] += 1
             per_namespace[pod.namespace] += 1
             excess -= 1.0 if node_name in slow else share
     return Plan(tuple(name for name, _ in sources), tuple(evictions), tuple(skipped), tuple(notes))
+
+
+def _payback(pod: PodInfo, heat: Mapping[str, NodeHeat], destination: str, snapshot: ClusterSnapshot,
+             policy: DeschedulerPolicy) -> Payback | None:
+    """What moving the pod to `destination` gains against its restart (None: the rule is off)."""
+    if policy.payback_horizon_seconds <= 0:
+        return None
+    source = snapshot.by_name.get(pod.node)
+    replica = next((r for r in source.serving if r.namespace == pod.namespace and r.pod == pod.name), None) if (
+        source is not None) else None
+    return payback(pod.annotations, source_util=heat[pod.node].gpu_util, destination_util=heat[destination].gpu_util,
+                   replica=replica, policy=policy)
 
 
 def _hot_but_not_sources(heat: Mapping[str, NodeHeat], sources: set[str], window: Mapping[str, WindowStats],

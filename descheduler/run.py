@@ -35,7 +35,9 @@ class Report:
     def as_dict(self) -> dict:
         def entry(outcome: Outcome) -> dict:
             e = outcome.eviction
-            return {"namespace": e.namespace, "pod": e.pod, "node": e.node, "reason": e.reason}
+            move = {} if e.payback is None else {"gain_seconds": round(e.payback.gain_seconds, 1),
+                                                 "restart_seconds": round(e.payback.restart_seconds, 1)}
+            return {"namespace": e.namespace, "pod": e.pod, "node": e.node, "reason": e.reason, **move}
 
         failed = [o for o in self.outcomes if not o.done]
         return {

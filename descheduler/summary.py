@@ -16,7 +16,8 @@ MAX_NAMES = 10
 """Hot nodes named in a summary; the count is always whole."""
 
 _REASON_CODES = (("has not opted in", "not-opted-in"), ("opt-in unknown", "not-opted-in"),
-                 ("cooldown", "cooldown"), ("limit reached", "limit"), ("no cool node", "no-room"))
+                 ("cooldown", "cooldown"), ("limit reached", "limit"), ("no cool node", "no-room"),
+                 ("does not pay", "no-payback"))
 
 
 def reason_code(reason: str) -> str:

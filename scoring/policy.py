@@ -227,6 +227,20 @@ class DeschedulerPolicy:
     backoff_window_seconds: float = 21600.0
     evict_pods_with_local_storage: bool = False
     """emptyDir/hostPath data is lost on eviction; off unless you know the pods tolerate it."""
+    payback_horizon_seconds: float = 1800.0
+    """How long a move's gain is counted (`descheduler.payback`): the cooldown's 30 minutes, the
+    least time a moved workload is left where it lands. 0 turns the payback rule off."""
+    restart_cost_seconds: float = 120.0
+    """A moved pod's time to ready where it does not give its image and model sizes: a vLLM
+    replica on a node with its image cached is ready in ~40 s (weights, then CUDA-graph capture),
+    on one without it a many-GB pull comes first: assumption, between the two."""
+    image_pull_bytes_per_second: float = 200e6
+    """Registry to node, for the `gpu-balancer.io/image-bytes` annotation: assumption."""
+    weight_load_bytes_per_second: float = 2e9
+    """Storage to GPU memory, for the `gpu-balancer.io/model-bytes` annotation: assumption."""
+    startup_seconds: float = 30.0
+    """A model server's start once its weights are loaded ("Graph capturing finished in 20-30
+    secs" in vLLM's start-up log): assumption."""
     ledger_namespace: str = "gpu-balancer"
     ledger_name: str = "gpu-balancer-eviction-ledger"
     dry_run: bool = True
@@ -419,6 +433,11 @@ def validate_policy(policy: BalancerPolicy) -> None:
              "descheduler.maxEvictionsPerRun", "limits must not be negative")
     _require(d.cooldown_seconds >= 0 and d.backoff_factor >= 1, "descheduler.backoffFactor",
              "cooldown must not be negative and backoffFactor at least 1")
+    _require(d.payback_horizon_seconds >= 0, "descheduler.paybackHorizonSeconds", "must not be negative")
+    _require(d.restart_cost_seconds >= 0 and d.startup_seconds >= 0, "descheduler.restartCostSeconds",
+             "restartCostSeconds and startupSeconds must not be negative")
+    _require(d.image_pull_bytes_per_second > 0 and d.weight_load_bytes_per_second > 0,
+             "descheduler.imagePullBytesPerSecond", "imagePullBytesPerSecond and weightLoadBytesPerSecond must be positive")
     _validate_serving(policy.serving, heat.warm_serving_fraction)
     _require(bool(prom.basic_auth.username) == bool(prom.basic_auth.password_file),
              "prometheus.basicAuth", "needs both username and passwordFile")

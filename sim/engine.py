@@ -26,6 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from descheduler.cluster import namespace_object
+from descheduler.payback import MODEL_BYTES_ANNOTATION
 from scoring.claims import book_from_objects, class_of, class_resource
 from scoring.policy import OptInPolicy, PlacementPolicy
 from sim.llm import world as serving_world
@@ -276,6 +277,8 @@ def service_pod(world: World, service: Service) -> SimPod:
             "requests": {"cpu": str(service.cpu), "memory": f"{service.memory_gib}Gi"},
             "limits": {service.pool.resource if service.pool else "nvidia.com/gpu": str(_gpus_per_replica(world))}}}]},
         "status": {"phase": "Pending"}}
+    if world.scenario.llm:  # what the replica loads before it serves, as its owner would annotate it
+        obj["metadata"]["annotations"][MODEL_BYTES_ANNOTATION] = str(int(serving_world.model_of(world).weight_bytes))
     if service.pool is not None:
         obj["spec"]["nodeSelector"] = dict(service.pool.labels)
         if service.pool.taints:

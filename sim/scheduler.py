@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from descheduler.payback import IMAGE_BYTES_ANNOTATION
 from scoring.claims import EMPTY_BOOK, ClaimBook, book_from_objects, class_of, pod_claims
 from scoring.feasibility import NodeFacts, PodConstraints, taints_from, why_infeasible
 from scoring.policy import PlacementPolicy
@@ -48,8 +49,9 @@ MAX_SCORE = 100
 IMAGE_MIN_BYTES, IMAGE_MAX_BYTES = 23 * 2**20, 1000 * 2**20
 """ImageLocality's thresholds: below the minimum a cached image scores 0, above the maximum (per
 container) 100. Model-serving images are many GB, so a node that already has one scores 100."""
-IMAGE_SIZE_ANNOTATION = "sim.gpu-balancer.io/image-bytes"
-"""Simulator-only: the size of the pod's image (a real node lists its images in status.images)."""
+IMAGE_SIZE_ANNOTATION = IMAGE_BYTES_ANNOTATION
+"""The size of the pod's image: the scheduler model's ImageLocality reads it where a real node
+lists its images in status.images; the descheduler's payback rule reads it as a real one would."""
 SYSTEM_DEFAULT_SPREAD = ((3, HOSTNAME), (5, "topology.kubernetes.io/zone"))
 """The scheduler's default ScheduleAnyway spread (maxSkew, key) for pods that declare none."""
 CONTROLLER_KINDS = ("Service", "ReplicationController", "ReplicaSet", "StatefulSet")

@@ -1,0 +1,78 @@
+"""Whether a move pays for itself: what moving a pod gains over the policy's horizon against what
+restarting it costs. Pure, no I/O.
+
+Both are counted in seconds of the pod's own service, so the traffic it serves multiplies both
+sides alike and drops out:
+- the cost is its time to ready — the replacement's image pull, its model's weights loaded and
+  the server's start — when the pod says how big its image and model are (annotations below), else
+  `descheduler.restartCostSeconds`; its traffic goes elsewhere or waits meanwhile;
+- the gain is `descheduler.paybackHorizonSeconds` times the share of its service the move
+  recovers: where its model server reports latency against its peers', the share by which it
+  is worse off than they are (moving it where they are recovers that); otherwise the share of
+  busy time its node has over the destination's (assumption: a replica's slowdown grows with its
+  node's busy share, no faster).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scoring.policy import DeschedulerPolicy
+from scoring.serving import ServingReplica
+
+IMAGE_BYTES_ANNOTATION = "gpu-balancer.io/image-bytes"
+"""Bytes of the pod's container image, where its owner says: a new node pulls them first."""
+MODEL_BYTES_ANNOTATION = "gpu-balancer.io/model-bytes"
+"""Bytes of model weights the pod loads into GPU memory before it serves."""
+
+
+@dataclass(frozen=True, slots=True)
+class Payback:
+    gain_seconds: float
+    """Seconds of the pod's service the move recovers over the horizon."""
+    restart_seconds: float
+    """Seconds of its service the restart costs."""
+    horizon_seconds: float
+
+    @property
+    def pays(self) -> bool:
+        return self.gain_seconds > self.restart_seconds
+
+    def describe(self) -> str:
+        """e.g. "gain ~540 s of its service in 30 min > restart ~155 s"."""
+        return (f"gain ~{self.gain_seconds:.0f} s of its service in {self.horizon_seconds / 60:g} min "
+                f"{'>' if self.pays else '≤'} restart ~{self.restart_seconds:.0f} s")
+
+
+def restart_seconds(annotations: Mapping[str, str], policy: DeschedulerPolicy) -> float:
+    """The pod's time to ready from its image and model sizes where it gives them, else the policy's."""
+    image, model = _bytes(annotations, IMAGE_BYTES_ANNOTATION), _bytes(annotations, MODEL_BYTES_ANNOTATION)
+    if image is None and model is None:
+        return policy.restart_cost_seconds
+    return ((image or 0.0) / policy.image_pull_bytes_per_second + (model or 0.0) / policy.weight_load_bytes_per_second
+            + policy.startup_seconds)
+
+
+def recovered_share(source_util: float, destination_util: float, replica: ServingReplica | None) -> float:
+    """The share of the pod's service a move recovers, 0–1 (module docstring)."""
+    if replica is not None and replica.peer_pressure is not None and replica.pressure > 0:
+        return max(0.0, 1.0 - replica.peer_pressure / replica.pressure)
+    return min(1.0, max(0.0, (source_util - destination_util) / 100.0))
+
+
+def payback(annotations: Mapping[str, str], *, source_util: float, destination_util: float,
+            replica: ServingReplica | None, policy: DeschedulerPolicy) -> Payback:
+    horizon = policy.payback_horizon_seconds
+    return Payback(horizon * recovered_share(source_util, destination_util, replica),
+                   restart_seconds(annotations, policy), horizon)
+
+
+def _bytes(annotations: Mapping[str, str], key: str) -> float | None:
+    """An annotation's byte count; None when absent or not a number (a typo costs the default, not a crash)."""
+    try:
+        value = float(annotations[key])
+    except (KeyError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None

@@ -513,10 +513,8 @@ def _deschedule_once(args, policy, fixed_cluster, core, events, metrics=None) ->
 
 
 def _deschedule_every(args, policy, fixed_cluster, core, events) -> int:
-    """Loop mode (a Deployment instead of the CronJob): a run every `--every` seconds, its
-    figures on /metrics; a failed run is counted and logged, and the loop goes on."""
-    import time
-
+    """Loop mode (`descheduler.loop`), its figures on /metrics."""
+    from descheduler.loop import run_every
     from descheduler.metrics import DeschedulerMetrics
 
     metrics = DeschedulerMetrics()
@@ -526,14 +524,8 @@ def _deschedule_every(args, policy, fixed_cluster, core, events) -> int:
         raise UsageError(f"cannot listen on :{args.metrics_port} for /metrics: {error.strerror}") from None
     print(f"gpu-balancer deschedule: a run every {args.every:g}s; metrics on :{port}/metrics",
           file=sys.stderr, flush=True)
-    while True:
-        started = time.monotonic()
-        try:
-            _deschedule_once(args, policy, fixed_cluster, core, events, metrics)
-        except TelemetryError as error:
-            metrics.observe_failure("telemetry-error")
-            print(f"gpu-balancer deschedule: {error}", file=sys.stderr, flush=True)
-        time.sleep(max(0.0, args.every - (time.monotonic() - started)))
+    run_every(args.every, lambda m: _deschedule_once(args, policy, fixed_cluster, core, events, m), metrics)
+    return 0
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

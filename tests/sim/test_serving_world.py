@@ -212,23 +212,35 @@ def test_load_aware_packs_a_warm_node_up_to_its_target_then_counts_what_it_just_
     assert policy.place(world, second) == idle  # the warm node would pass the target now
 
 
-def test_replicas_time_sliced_on_one_gpu_take_turns_on_it_and_at_scale_zero_they_do_not():
+def shared_pair_ttft(sharing: str, scale: float, together: bool) -> tuple[float, object]:
+    """Two replicas on one node's one GPU shared two ways (or on two nodes): the first's TTFT p95
+    after three ticks, and the world."""
     shared = replace(named("llm-shared-gpus"), fleet=FleetShape(pools=(
-        PoolShape("shared", 2, 1, sharing="time-slicing", replicas_per_gpu=2),)), inference=InferenceShape(services=2))
+        PoolShape("shared", 2, 1, sharing=sharing, replicas_per_gpu=2),)), inference=InferenceShape(services=2))
+    world = build_world(replace(shared, contention=replace(shared.contention, scale=scale)), 1)
+    first, second = list(world.nodes)
+    pods = [service_pod(world, service) for service in world.services.values()]
+    bind(world, pods[0], first)
+    bind(world, pods[1], first if together else second)  # a node's two units are its one GPU
+    for tick in range(3):  # the neighbour's turn is what it ran the tick before
+        world.tick = tick
+        for pod in pods:
+            pod.ready_at = 0.0
+        measure(world)
+    return world.serving[-1][f"inference/{pods[0].obj['metadata']['name']}"].ttft_p95_s, (world, first, pods)
+
+
+def test_under_mps_replicas_sharing_a_gpu_slow_each_other_less_than_taking_turns():
+    alone, _ = shared_pair_ttft("mps", 1.0, together=False)
+    mps, _ = shared_pair_ttft("mps", 1.0, together=True)
+    sliced, _ = shared_pair_ttft("time-slicing", 1.0, together=True)
+    assert alone < mps < sliced
+
+
+def test_replicas_time_sliced_on_one_gpu_take_turns_on_it_and_at_scale_zero_they_do_not():
     ttft = {}
     for scale, together in ((1.0, True), (1.0, False), (0.0, True)):
-        world = build_world(replace(shared, contention=replace(shared.contention, scale=scale)), 1)
-        first, second = list(world.nodes)
-        pods = [service_pod(world, service) for service in world.services.values()]
-        bind(world, pods[0], first)
-        bind(world, pods[1], first if together else second)  # a node's two units are its one GPU
-        for tick in range(3):  # the neighbour's turn is what it ran the tick before
-            world.tick = tick
-            for pod in pods:
-                pod.ready_at = 0.0
-            measure(world)
-        key = f"inference/{pods[0].obj['metadata']['name']}"
-        ttft[scale, together] = world.serving[-1][key].ttft_p95_s
+        ttft[scale, together], (world, first, pods) = shared_pair_ttft("time-slicing", scale, together)
         if together:
             (gpu,) = {world.gpu_readings[-1][first][unit] for unit in (0, 1)}  # both units report the one GPU
             assert gpu.fb_used_mib == pytest.approx(0.9 * 80 * 1024, rel=0.01)  # 0.45 of it each

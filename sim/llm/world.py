@@ -192,7 +192,9 @@ def profile_of(world: World, node: str) -> ReplicaProfile:
     """The replica as it runs on the node: on a GPU shared k ways, vLLM is started with
     `--gpu-memory-utilization` 0.9 / k, so its KV cache is what the weights leave of that."""
     shares = shares_of(world, node)
-    knobs = Knobs(gpu_memory_utilization=GPU_MEMORY_UTILIZATION / shares) if shares > 1 else Knobs()
+    if shares == 1:  # the same cache key as every other caller's
+        return profile(gpu_of_node(world, node), model_of(world), mix_of(world))
+    knobs = Knobs(gpu_memory_utilization=GPU_MEMORY_UTILIZATION / shares)
     return profile(gpu_of_node(world, node), model_of(world), mix_of(world), knobs)
 
 
@@ -375,12 +377,15 @@ def measure(world: World):
         units += [_Unit(0.0, IDLE_FB_MIB / shares, tdp * IDLE_SHARE, 0.0, 0.0, 0.0, None)] * (world.units[name] - index)
         if shares > 1:
             units = _as_shared(units, world.units[name] // shares, tdp)
+        reports: dict[int, GpuReport] = {}  # a pod's units (and the spares) share one _Unit: one report each
         for index, unit in enumerate(units):
             per_gpu[name][index] = None if noise.random() < sv.missing_scrape_share else (
                 float(np.clip(unit.util + noise.normal(0, sv.util_noise_percent) if unit.util else 0.0, 0, 100)),
                 unit.key)
-            readings[name][index] = gpu_report(gpu, unit.fb, unit.watts, unit.util / 100, unit.occupancy,
-                                               unit.tensor, unit.dram, power_excess[name])
+            if (report := reports.get(id(unit))) is None:
+                report = reports[id(unit)] = gpu_report(gpu, unit.fb, unit.watts, unit.util / 100, unit.occupancy,
+                                                        unit.tensor, unit.dram, power_excess[name])
+            readings[name][index] = report
         work[name] = 100 * busy_units / world.units[name]
     _serve(world, rows, profiles, serving, dt)
     _serve_lost(world, profiles)

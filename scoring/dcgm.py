@@ -24,7 +24,23 @@ CLOCK_THROTTLE_REASONS = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
 thermal, 64 HW thermal, 128 HW power brake); the name dcgm-exporter's released counters use."""
 POWER_MGMT_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
 
-GPU_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, FB_FREE, GPU_TEMP, POWER_USAGE, XID_ERRORS)
+POWER_CAP_REASONS = (0x4, 0x80)
+"""Clock-event bits that mean the power limit holds the clocks down: SW power cap, HW power brake."""
+HEAT_REASONS = (0x8, 0x20, 0x40)
+"""Clock-event bits that mean heat (or a slowdown the hardware asserts) holds them down: HW
+slowdown, SW thermal, HW thermal."""
+
+
+def has_reason(reasons: int, bits: tuple[int, ...]) -> bool:
+    return any(reasons & bit for bit in bits)
+
+
+def reason_bits_set(expression: str, bits: tuple[int, ...]) -> str:
+    """PromQL keeping the series of `expression` (a reasons bitmask) with any of `bits` set.
+    PromQL has no bitwise AND: bit b is set where floor(x / b) is odd."""
+    return " or ".join(f"floor({expression} / {bit}) % 2 == 1" for bit in bits)
+
+GPU_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, FB_FREE, GPU_TEMP, POWER_USAGE, XID_ERRORS, CLOCK_THROTTLE_REASONS)
 """Every per-GPU gauge a snapshot is built from."""
 
 UTILISATION_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE)
@@ -84,4 +100,6 @@ def exporter_values(sample: GpuSample, profiling: bool) -> dict[str, float | Non
     }
     if profiling:
         values[GR_ENGINE_ACTIVE] = None if sample.util_percent is None else sample.util_percent / 100
+    if sample.clock_reasons is not None:
+        values[CLOCK_THROTTLE_REASONS] = sample.clock_reasons
     return values

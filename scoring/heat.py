@@ -28,6 +28,8 @@ class Tier(enum.IntEnum):
 
 SLOW_SERVING = "slow-serving"
 """The reason prefix of a verdict that rests on the model servers' own figures."""
+THROTTLED = "throttled"
+"""The reason prefix of a verdict that rests on the GPUs' clock-event reasons."""
 
 SIGNALS = ("utilisation", "memory", "temperature")
 """The gauges the tier is judged on. XIDs are not listed: Prometheus returns only non-zero ones,
@@ -55,6 +57,12 @@ class NodeHeat:
     """The figures of the worst replica this node slows (`ServingReplica.node_bound`) as a share
     of its target (1.0 = on target); 0 when replicas report but none is slowed by this node; None
     when no replica on the node reports serving series."""
+
+    @property
+    def throttled(self) -> str | None:
+        """What holds its GPUs' clocks down ("power cap", "heat"), when something does."""
+        return next((reason.split(":", 1)[1].split("(", 1)[0].strip() for reason in self.reasons
+                     if reason.startswith(THROTTLED)), None)
 
     @property
     def slow_serving(self) -> bool:
@@ -153,6 +161,7 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
     temperature = node.temperature_max_c
     if temperature is not None and temperature >= policy.hot_temperature_c:
         verdicts.append((Tier.HOT, f"GPU temperature {temperature:.0f}°C ≥ {policy.hot_temperature_c:g}°C"))
+    verdicts += throttling_verdicts(node)
     pressure = None
     if node.serving:
         signals += ("serving",)
@@ -178,6 +187,17 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         signals=signals,
         serving_pressure=pressure,
     )
+
+
+def throttling_verdicts(node: NodeTelemetry) -> list[tuple[Tier, str]]:
+    """A node whose GPUs' clocks a power cap or heat holds down runs every kernel slower: warm
+    while a few of them are, hot once half or more are (its work is then slowed as a whole)."""
+    verdicts = []
+    for what, count in (("power cap", node.gpus_power_capped), ("heat", node.gpus_heat_throttled)):
+        if count:
+            tier = Tier.HOT if 2 * count >= max(1, node.gpus) else Tier.WARM
+            verdicts.append((tier, f"{THROTTLED}: {what} ({count} of {node.gpus} GPUs held below their clocks)"))
+    return verdicts
 
 
 def _allocated(node: NodeTelemetry) -> int:

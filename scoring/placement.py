@@ -32,7 +32,8 @@ class NodePreference:
 class NodeAvoidance:
     node: str
     reason: str
-    """The node's tier, e.g. "hot" or "unhealthy"."""
+    """The node's tier, e.g. "hot" or "unhealthy", and what throttles its GPUs where something
+    does ("hot, throttled: power cap")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,8 @@ def index_fleet(fleet: FleetHeat, topology: Mapping[str, tuple[tuple[str, str], 
                 ) -> PlacementIndex:
     ranked = [(base, node.gpus_free, node.name) for node in fleet.nodes if (base := base_headroom(node)) > 0]
     ranked.sort(key=lambda entry: (-entry[0], -entry[1], entry[2]))
-    avoided = tuple(NodeAvoidance(n.name, str(n.tier)) for n in fleet.nodes if n.tier >= Tier.HOT)
+    avoided = tuple(NodeAvoidance(n.name, str(n.tier) + (f", throttled: {why}" if (why := n.throttled) else ""))
+                    for n in fleet.nodes if n.tier >= Tier.HOT)
     return PlacementIndex(tuple(ranked), avoided, sum(free for _, free, _ in ranked), fleet.stale, dict(topology or {}))
 
 

@@ -108,6 +108,7 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_me
     allocatable = selector("kube_node_status_allocatable", matchers, gpu_resource)
     gpu_requests = selector("kube_pod_container_resource_requests", matchers, 'resource=~"nvidia_com_.+"')
     engine, util = selector(dcgm.GR_ENGINE_ACTIVE, matchers), selector(dcgm.GPU_UTIL, matchers)
+    reasons = f"max by ({unit}) ({selector(dcgm.CLOCK_THROTTLE_REASONS, matchers)})"
     preferred, other = ("gpu_engine_active", "gpu_util") if use_profiling_metrics else ("gpu_util", "gpu_engine_active")
     gauges = {"gpu_engine_active": engine, "gpu_util": util}
     recently = [f"count by ({unit}) (last_over_time({gauge}[{int(lookback_seconds)}s]))" for gauge in gauges.values()]
@@ -121,6 +122,9 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_me
         "sums": f"sum by (__name__, {_NODE}) ({per_gpu} ({selector('', matchers, summed)}))",
         "fb_counts": f"count by (__name__, {_NODE}) ({per_gpu} ({selector('', matchers, framebuffer)}))",
         "temperature_max": f"max by ({_NODE}) ({selector(dcgm.GPU_TEMP, matchers)})",
+        # One value per GPU first, as for the sums: a GPU shared by DRA pods is written once per pod.
+        "power_capped": f"count by ({_NODE}) ({dcgm.reason_bits_set(reasons, dcgm.POWER_CAP_REASONS)})",
+        "heat_throttled": f"count by ({_NODE}) ({dcgm.reason_bits_set(reasons, dcgm.HEAT_REASONS)})",
         # Filter before grouping: only GPUs with an XID are hashed into groups.
         "xids": f"max by ({unit}) ({selector(dcgm.XID_ERRORS, matchers)} > 0)",
         # Functions drop the metric name, so each gauge is reduced on its own before the union.

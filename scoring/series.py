@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import NamedTuple
@@ -196,6 +196,7 @@ def build_snapshot(
     for row in aggregates.get("temperature_max", ()):
         if node := node_of(row):
             temperature[node] = max(temperature.get(node, row.value), row.value)
+    throttled = {name: _sum_by_node(aggregates.get(name, ()), node_of) for name in ("power_capped", "heat_throttled")}
     xids: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for row in aggregates.get("xids", ()):
         if (node := node_of(row)) and row.value > 0:
@@ -223,6 +224,8 @@ def build_snapshot(
             fb_used_mib=used if known else None,
             fb_total_mib=used + free if known else None,
             temperature_max_c=temperature.get(name),
+            gpus_power_capped=int(throttled["power_capped"].get(name, 0)),
+            gpus_heat_throttled=int(throttled["heat_throttled"].get(name, 0)),
             power_w=figures.get("power"),
             gpu_kinds=tuple(GpuKind(model, profile, count) for (model, profile), count in sorted(kinds[name].items())),
             xids=tuple(sorted(xids[name], key=lambda x: _natural(x[0]))) if name in xids else (),
@@ -348,6 +351,15 @@ def _topology(rows: Sequence[Series], keys: Sequence[str]) -> dict[str, tuple[tu
     return {node: tuple((k, v[k]) for k in keys if k in v) for node, v in found.items()}
 
 
+def _sum_by_node(rows: Sequence[Series], node_of: Callable[[Series], str]) -> dict[str, int]:
+    """Counts by node, whichever label names it (a relabelled `node`, the exporter's `Hostname`...)."""
+    totals: dict[str, int] = defaultdict(int)
+    for row in rows:
+        if node := node_of(row):
+            totals[node] += int(row.value)
+    return dict(totals)
+
+
 def _sum_by(rows: Sequence[Series], label: str) -> dict[str, int]:
     totals: dict[str, int] = defaultdict(int)
     for row in rows:
@@ -404,6 +416,7 @@ def _samples(readings: Readings, node_label: str, use_profiling_metrics: bool
             temperature_c=values[dcgm.GPU_TEMP].get(key),
             power_w=values[dcgm.POWER_USAGE].get(key),
             last_xid=_as_xid(values[dcgm.XID_ERRORS].get(key)),
+            clock_reasons=_as_reasons(values[dcgm.CLOCK_THROTTLE_REASONS].get(key)),
             pod=allocated_to.get(key),
             mig_profile=labels.get("GPU_I_PROFILE", ""),
             mig_instance=labels.get("GPU_I_ID", ""),
@@ -416,6 +429,7 @@ def aggregate_samples(samples: Iterable[GpuSample]) -> dict[str, list[Series]]:
     sums: dict[tuple[str, str], float] = defaultdict(float)
     counts: dict[tuple[str, str], float] = defaultdict(float)
     temperature: dict[str, float] = {}
+    throttled: dict[tuple[str, str], int] = defaultdict(int)
     rows: dict[str, list[Series]] = defaultdict(list)
     for s in samples:
         unit = {"node": s.node, "gpu": s.gpu, "GPU_I_ID": s.mig_instance}
@@ -435,9 +449,14 @@ def aggregate_samples(samples: Iterable[GpuSample]) -> dict[str, list[Series]]:
             temperature[s.node] = max(temperature.get(s.node, s.temperature_c), s.temperature_c)
         if s.last_xid:
             rows["xids"].append(Series(unit, s.last_xid))
+        for name, bits in (("power_capped", dcgm.POWER_CAP_REASONS), ("heat_throttled", dcgm.HEAT_REASONS)):
+            if s.clock_reasons and dcgm.has_reason(s.clock_reasons, bits):
+                throttled[name, s.node] += 1
     for name, by_key in (("sums", sums), ("fb_counts", counts)):
         rows[name] = [Series({"node": node, "__name__": metric}, value) for (node, metric), value in by_key.items()]
     rows["temperature_max"] = [Series({"node": node}, value) for node, value in temperature.items()]
+    for (name, node), count in throttled.items():
+        rows[name].append(Series({"node": node}, float(count)))
     return dict(rows)
 
 
@@ -466,6 +485,10 @@ def _utilisation(values: Mapping[str, Mapping[UnitKey, float]], key: UnitKey,
 
 def _as_xid(value: float | None) -> int:
     return int(value) if value is not None and value == value and value > 0 else 0
+
+
+def _as_reasons(value: float | None) -> int | None:
+    return int(value) if value is not None and value == value and 0 <= value < 2**63 else None
 
 
 def series_from_families(families: Iterable) -> dict[str, list[Series]]:

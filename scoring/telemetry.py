@@ -38,6 +38,9 @@ class GpuSample:
     power_w: float | None = None
     last_xid: int = 0
     """dcgm-exporter reports the code of the last XID error, not a count; 0 means none."""
+    clock_reasons: int | None = None
+    """`DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`, NVML's bitmask of why the clocks are where they are;
+    None where the exporter does not export it (it is not in dcgm-exporter's default counters)."""
     pod: PodRef | None = None
     mig_profile: str = ""
     mig_instance: str = ""
@@ -95,6 +98,12 @@ class NodeTelemetry:
     (NVLink clique, network block, zone), when it is configured to."""
     serving: tuple[ServingReplica, ...] = ()
     """The model-server replicas on this node that export queue or latency series, worst first."""
+    gpus_power_capped: int = 0
+    """GPUs whose clocks their power limit holds down now (clock-event reasons SW power cap or HW
+    power brake)."""
+    gpus_heat_throttled: int = 0
+    """GPUs whose clocks heat holds down now (SW or HW thermal slowdown, or HW slowdown, which
+    fires for heat as well as for an external power brake)."""
 
     @property
     def memory_used_fraction(self) -> float | None:

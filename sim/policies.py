@@ -101,6 +101,7 @@ def _served_samples(world: World, lag: int) -> list[GpuSample]:
                                      pci_bus_id=f"00000000:{0x18 + index:02X}:00.0", util_percent=util,
                                      fb_used_mib=report.fb_used_mib, fb_free_mib=memory_mib - report.fb_used_mib,
                                      temperature_c=report.temperature_c, power_w=report.power_w,
+                                     clock_reasons=report.clock_reasons,
                                      pod=PodRef(*key.split("/", 1)) if key else None))
     return samples
 

@@ -79,3 +79,17 @@ def test_a_zero_horizon_turns_the_rule_off():
                       policy=replace(POLICY, payback_horizon_seconds=0.0))
     (eviction,) = result.evictions
     assert eviction.payback is None and "gain" not in eviction.reason
+
+
+def test_the_run_report_shows_both_numbers_and_the_summary_counts_moves_that_did_not_pay():
+    from descheduler.evictor import Outcome
+    from descheduler.run import Report
+    from descheduler.summary import summarise
+
+    paid = plan_for(annotations=LLM)
+    unpaid = plan_for(annotations=LLM, serving=[replica(f"p{i}", 0.6, 0.6) for i in range(4)])
+    report = Report(True, replace(paid, skipped=unpaid.skipped),
+                    tuple(Outcome(e, "dry-run") for e in paid.evictions))
+    (entry,) = report.as_dict()["would_evict"]
+    assert entry["gain_seconds"] == 1476.0 and entry["restart_seconds"] == pytest.approx(118.6)
+    assert summarise(report, at=NOW).skipped == {"no-payback": len(unpaid.skipped)}

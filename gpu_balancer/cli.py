@@ -278,8 +278,9 @@ def _replayed_run(args: argparse.Namespace):
     except KeyError as error:
         raise UsageError(str(error.args[0])) from None
     if not scenario.llm:
-        raise UsageError(f"scenario {args.scenario!r} has no serving world (serving.model): choose llm-fleet "
-                         "or llm-training-mix")
+        serving_worlds = ", ".join(name for name, built_in in BUILT_IN.items() if built_in.llm)
+        raise UsageError(f"scenario {args.scenario!r} has no serving world (serving.model): choose one of "
+                         f"{serving_worlds}")
     if args.contention_scale is not None:
         if not 0 <= args.contention_scale <= 10:
             raise UsageError(f"--contention-scale: {args.contention_scale:g} is out of range (0 to 10)")
@@ -296,10 +297,11 @@ def _replayed_run(args: argparse.Namespace):
 
 
 def _add_replay_arguments(parser: argparse.ArgumentParser, serves: str) -> None:
-    parser.add_argument("--scenario", help=f"serve {serves} of a simulated serving-world scenario (llm-fleet, "
-                        "llm-training-mix) as its run goes, under the stock scheduler")
+    serving_worlds = ", ".join(name for name, built_in in BUILT_IN.items() if built_in.llm)
+    parser.add_argument("--scenario", help=f"serve {serves} of a simulated serving-world scenario ({serving_worlds}) "
+                        "as its run goes, under the stock scheduler")
     parser.add_argument("--speed", type=speed_factor, default=1.0,
-                        help="with --scenario: simulated seconds replayed each second (default 1: real time)")
+                        help="with --scenario: simulated seconds replayed each second (1: real time)")
     parser.add_argument("--contention-scale", type=float, metavar="X", help="with --scenario: its contention.scale")
 
 
@@ -307,7 +309,7 @@ def cmd_fake_dcgm(args: argparse.Namespace) -> int:
     from sim.dcgm_text import render_exposition
     from sim.fleet import FleetSpec, generate_fleet
 
-    if args.scenario:
+    if args.scenario is not None:
         from sim.llm.exposition import dcgm_text
 
         world, now = _replayed_run(args)
@@ -328,7 +330,7 @@ def cmd_fake_serving(args: argparse.Namespace) -> int:
     from sim.fleet import FleetSpec
     from sim.serving_text import render_serving, synthetic_replicas
 
-    if args.scenario:
+    if args.scenario is not None:
         from sim.llm.exposition import serving_text
 
         world, now = _replayed_run(args)

@@ -278,13 +278,9 @@ def _replayed_run(args: argparse.Namespace):
     except KeyError as error:
         raise UsageError(str(error.args[0])) from None
     if not scenario.llm:
-        serving_worlds = ", ".join(name for name, built_in in BUILT_IN.items() if built_in.llm)
         raise UsageError(f"scenario {args.scenario!r} has no serving world (serving.model): choose one of "
-                         f"{serving_worlds}")
-    if args.contention_scale is not None:
-        if not 0 <= args.contention_scale <= 10:
-            raise UsageError(f"--contention-scale: {args.contention_scale:g} is out of range (0 to 10)")
-        scenario = replace(scenario, contention=replace(scenario.contention, scale=args.contention_scale))
+                         f"{_serving_worlds()}")
+    scenario = _with_contention_scale(scenario, args.contention_scale)
     print(f"simulating {scenario.name} (seed {args.seed}, {scenario.hours:g} h) to replay it...", file=sys.stderr,
           flush=True)
     world = simulated_world(scenario, args.seed)
@@ -296,10 +292,23 @@ def _replayed_run(args: argparse.Namespace):
     return world, now
 
 
+def _serving_worlds() -> str:
+    """The built-in scenarios whose replicas are LLM servers."""
+    return ", ".join(name for name, built_in in BUILT_IN.items() if built_in.llm)
+
+
+def _with_contention_scale(scenario, scale: float | None):
+    """The scenario with `--contention-scale` applied where given, or UsageError when out of range."""
+    if scale is None:
+        return scenario
+    if not 0 <= scale <= 10:
+        raise UsageError(f"--contention-scale: {scale:g} is out of range (0 to 10)")
+    return replace(scenario, contention=replace(scenario.contention, scale=scale))
+
+
 def _add_replay_arguments(parser: argparse.ArgumentParser, serves: str) -> None:
-    serving_worlds = ", ".join(name for name, built_in in BUILT_IN.items() if built_in.llm)
-    parser.add_argument("--scenario", help=f"serve {serves} of a simulated serving-world scenario ({serving_worlds}) "
-                        "as its run goes, under the stock scheduler")
+    parser.add_argument("--scenario", help=f"serve {serves} of a simulated serving-world scenario "
+                        f"({_serving_worlds()}) as its run goes, under the stock scheduler")
     parser.add_argument("--speed", type=speed_factor, default=1.0,
                         help="with --scenario: simulated seconds replayed each second (1: real time)")
     parser.add_argument("--contention-scale", type=float, metavar="X", help="with --scenario: its contention.scale")
@@ -545,10 +554,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise UsageError(f"scenario {args.scenario_file}: {error}") from None
     if args.calibration:
         scenario = replace(scenario, contention=replace(scenario.contention, scale=_calibrated_scale(args.calibration)))
-    if args.contention_scale is not None:
-        if not 0 <= args.contention_scale <= 10:
-            raise UsageError(f"--contention-scale: {args.contention_scale:g} is out of range (0 to 10)")
-        scenario = replace(scenario, contention=replace(scenario.contention, scale=args.contention_scale))
+    scenario = _with_contention_scale(scenario, args.contention_scale)
     if args.seeds is not None:
         return _simulate_seeds(args, scenario)
     if args.report:

@@ -40,6 +40,10 @@ def reason_bits_set(expression: str, bits: tuple[int, ...]) -> str:
     PromQL has no bitwise AND: bit b is set where floor(x / b) is odd."""
     return " or ".join(f"floor({expression} / {bit}) % 2 == 1" for bit in bits)
 
+
+THROTTLE_COUNTS = (("power_capped", POWER_CAP_REASONS), ("heat_throttled", HEAT_REASONS))
+"""The per-node counts of held-down GPUs a snapshot reads: (row set, the bits it counts)."""
+
 GPU_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, FB_FREE, GPU_TEMP, POWER_USAGE, XID_ERRORS, CLOCK_THROTTLE_REASONS)
 """Every per-GPU gauge a snapshot is built from."""
 

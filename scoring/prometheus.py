@@ -123,8 +123,7 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_me
         "fb_counts": f"count by (__name__, {_NODE}) ({per_gpu} ({selector('', matchers, framebuffer)}))",
         "temperature_max": f"max by ({_NODE}) ({selector(dcgm.GPU_TEMP, matchers)})",
         # One value per GPU first, as for the sums: a GPU shared by DRA pods is written once per pod.
-        "power_capped": f"count by ({_NODE}) ({dcgm.reason_bits_set(reasons, dcgm.POWER_CAP_REASONS)})",
-        "heat_throttled": f"count by ({_NODE}) ({dcgm.reason_bits_set(reasons, dcgm.HEAT_REASONS)})",
+        **{name: f"count by ({_NODE}) ({dcgm.reason_bits_set(reasons, bits)})" for name, bits in dcgm.THROTTLE_COUNTS},
         # Filter before grouping: only GPUs with an XID are hashed into groups.
         "xids": f"max by ({unit}) ({selector(dcgm.XID_ERRORS, matchers)} > 0)",
         # Functions drop the metric name, so each gauge is reduced on its own before the union.

@@ -196,7 +196,7 @@ def build_snapshot(
     for row in aggregates.get("temperature_max", ()):
         if node := node_of(row):
             temperature[node] = max(temperature.get(node, row.value), row.value)
-    throttled = {name: _sum_by_node(aggregates.get(name, ()), node_of) for name in ("power_capped", "heat_throttled")}
+    throttled = {name: _totals(aggregates.get(name, ()), node_of) for name, _ in dcgm.THROTTLE_COUNTS}
     xids: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for row in aggregates.get("xids", ()):
         if (node := node_of(row)) and row.value > 0:
@@ -351,21 +351,17 @@ def _topology(rows: Sequence[Series], keys: Sequence[str]) -> dict[str, tuple[tu
     return {node: tuple((k, v[k]) for k in keys if k in v) for node, v in found.items()}
 
 
-def _sum_by_node(rows: Sequence[Series], node_of: Callable[[Series], str]) -> dict[str, int]:
-    """Counts by node, whichever label names it (a relabelled `node`, the exporter's `Hostname`...)."""
+def _totals(rows: Sequence[Series], key: Callable[[Series], str]) -> dict[str, int]:
+    """Each row's value summed by its key (rows without one are left out)."""
     totals: dict[str, int] = defaultdict(int)
     for row in rows:
-        if node := node_of(row):
-            totals[node] += int(row.value)
+        if name := key(row):
+            totals[name] += int(row.value)
     return dict(totals)
 
 
 def _sum_by(rows: Sequence[Series], label: str) -> dict[str, int]:
-    totals: dict[str, int] = defaultdict(int)
-    for row in rows:
-        if row.labels.get(label):
-            totals[row.labels[label]] += int(row.value)
-    return dict(totals)
+    return _totals(rows, lambda row: row.labels.get(label, ""))
 
 
 def _natural(text: str) -> tuple[int, int | str]:
@@ -449,7 +445,7 @@ def aggregate_samples(samples: Iterable[GpuSample]) -> dict[str, list[Series]]:
             temperature[s.node] = max(temperature.get(s.node, s.temperature_c), s.temperature_c)
         if s.last_xid:
             rows["xids"].append(Series(unit, s.last_xid))
-        for name, bits in (("power_capped", dcgm.POWER_CAP_REASONS), ("heat_throttled", dcgm.HEAT_REASONS)):
+        for name, bits in dcgm.THROTTLE_COUNTS:
             if s.clock_reasons and dcgm.has_reason(s.clock_reasons, bits):
                 throttled[name, s.node] += 1
     for name, by_key in (("sums", sums), ("fb_counts", counts)):

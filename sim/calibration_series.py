@@ -10,7 +10,7 @@ from collections import defaultdict
 
 from scoring.calibration import Channels, Frame, GpuReading, NodeFrame, ReplicaReading
 from sim.engine import World
-from sim.llm.world import TDP_W, gpu_of_node
+from sim.llm.world import gpu_of_node, tdp_w
 from sim.policies import Stock
 from sim.run import run_policy
 from sim.scenario import Scenario
@@ -56,7 +56,7 @@ def frames_of(world: World) -> list[Frame]:
         frame = {}
         for node, gpus in per_gpu.items():
             gpu = gpu_of_node(world, node)
-            limit = float(TDP_W.get(gpu.name, 700))
+            limit = tdp_w(gpu)
             seen = [GpuReading(index, reported[1], readings[node][index].power_w, limit)
                     for index, reported in sorted(gpus.items()) if reported is not None]
             scraped = {g.pod for g in seen}

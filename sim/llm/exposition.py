@@ -8,7 +8,7 @@ from __future__ import annotations
 from scoring import dcgm
 from sim.dcgm_text import render_exposition
 from sim.engine import World
-from sim.llm.world import TDP_W, gpu_of_node
+from sim.llm.world import gpu_of_node, tdp_w
 from sim.policies import observed_samples
 from sim.serving_text import render_serving, served_from_world
 
@@ -29,8 +29,7 @@ def dcgm_text(world: World, tick: int, *, hostname_label: str = "Hostname") -> s
         extra.append({
             dcgm.GPU_TEMP: round(report.temperature_c), dcgm.POWER_USAGE: round(report.power_w, 3),
             dcgm.FB_USED: round(report.fb_used_mib), dcgm.FB_FREE: round(sample.fb_free_mib or 0),
-            dcgm.SM_CLOCK: round(report.sm_clock_mhz), dcgm.CLOCK_THROTTLE_REASONS: report.clock_reasons,
-            dcgm.POWER_MGMT_LIMIT: float(TDP_W.get(gpu_of_node(world, sample.node).name, 700)),
+            dcgm.SM_CLOCK: round(report.sm_clock_mhz), dcgm.POWER_MGMT_LIMIT: tdp_w(gpu_of_node(world, sample.node)),
             dcgm.GR_ENGINE_ACTIVE: round(report.sm_active, 6), dcgm.SM_ACTIVE: round(report.sm_active, 6),
             dcgm.SM_OCCUPANCY: round(report.sm_occupancy, 6),
             dcgm.PIPE_TENSOR_ACTIVE: round(report.pipe_tensor_active, 6),

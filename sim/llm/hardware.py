@@ -1,9 +1,9 @@
 """What a serving replica runs on and what it runs: GPUs and models as published figures. Pure.
 
-GPU figures are the vendors' datasheet numbers: memory, memory bandwidth, and dense BF16 tensor
+GPU figures are the vendors' datasheet numbers: memory, memory bandwidth, dense BF16 tensor
 throughput (half the "with sparsity" figure; for the RTX 4090, the FP32-accumulate rate, which
-is what BF16 GEMMs in PyTorch use), and the boost clock. DCGM reports a GPU by `modelName` (the `modelName` label of
-dcgm-exporter's series); those strings are aliases here. Model figures are from each model's
+is what BF16 GEMMs in PyTorch use) and the boost clock. DCGM reports a GPU by `modelName` (the
+`modelName` label of dcgm-exporter's series); those strings are aliases here. Model figures are from each model's
 published config (`config.json`): parameters, layers, KV heads, head size; weights and KV cache
 in BF16.
 """

@@ -54,6 +54,11 @@ EDGES_MS = np.geomspace(0.1, 1e7, 1401)
 """Histogram bins from 0.1 ms to 10⁴ s, 1.3 % wide."""
 TDP_W = {"A100-40GB": 400, "A100-80GB": 400, "H100-80GB": 700, "H200": 700, "L4": 72, "L40S": 350, "RTX-4090": 450}
 """The vendors' board power limits."""
+
+
+def tdp_w(gpu: Gpu) -> float:
+    """The GPU's board power limit (700 W for one the table lacks)."""
+    return float(TDP_W.get(gpu.name, 700))
 IDLE_SHARE = 0.1
 """Idle power over TDP: assumption."""
 TRAINING_POWER_SHARE = 0.95
@@ -236,14 +241,14 @@ def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
     co = world.scenario.contention
     slowdown, pcie, power_excess, sharing = {}, {}, {}, {}
     for name, pods in by_node.items():
-        tdp = TDP_W.get(gpu_of_node(world, name).name, 700)
+        tdp = tdp_w(gpu_of_node(world, name))
         shares = shares_of(world, name)
         gpu_total = world.units[name] // shares
         mps = world.nodes[name].labels.get("nvidia.com/gpu.sharing-strategy") == "mps"
         cores = 0.0
         index, noisy_switches, placed = 0, set(), []
+        # Physical GPU → summed DRAM and tensor activity of its replicas, and 1 when it trains.
         activity: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-        """Physical GPU → summed DRAM and tensor activity of its replicas, and 1 when it trains."""
         on_gpu: dict[int, list[tuple[str, float]]] = defaultdict(list)
         for pod in pods:
             count = gpu_count(pod)
@@ -344,7 +349,7 @@ def measure(world: World):
     noise = np.random.default_rng([world.seed, world.tick])
     for name in up:
         prof, gpu = profiles[name], gpu_of_node(world, name)
-        tdp, shares = TDP_W.get(gpu.name, 700), shares_of(world, name)
+        tdp, shares = tdp_w(gpu), shares_of(world, name)
         preallocated = GPU_MEMORY_UTILIZATION / shares * gpu.memory_bytes / MIB
         busy_units, index, units = 0.0, 0, []
         for pod in by_node.get(name, ()):
@@ -372,9 +377,10 @@ def measure(world: World):
                 world.llm.activity[key] = (dram, tensor, util / 100)
                 fb, watts = preallocated, power_w(tdp, dram, tensor)
                 busy_units += min(1.0, pod.load * s) * count
-            units += [_Unit(util, fb, watts, occupancy, tensor, dram, key)] * count
+            units += [_Unit(util, fb, watts, occupancy, tensor, dram, key, pod.training_job is not None)] * count
             index += count
-        units += [_Unit(0.0, IDLE_FB_MIB / shares, tdp * IDLE_SHARE, 0.0, 0.0, 0.0, None)] * (world.units[name] - index)
+        units += [_Unit(0.0, IDLE_FB_MIB / shares, tdp * IDLE_SHARE, 0.0, 0.0, 0.0, None, False)] * (
+            world.units[name] - index)
         if shares > 1:
             units = _as_shared(units, world.units[name] // shares, tdp)
         reports: dict[int, GpuReport] = {}  # a pod's units (and the spares) share one _Unit: one report each
@@ -407,6 +413,7 @@ class _Unit(NamedTuple):
     tensor: float
     dram: float
     key: str | None
+    training: bool
 
 
 def gpu_of_unit(unit: int, gpus: int) -> int:
@@ -423,10 +430,10 @@ def _as_shared(units: list[_Unit], gpus: int, tdp: float) -> list[_Unit]:
     for gpu in range(gpus):
         on = units[gpu::gpus]
         dram, tensor = min(1.0, sum(u.dram for u in on)), min(1.0, sum(u.tensor for u in on))
-        trains = any(u.util == TRAINING_UTIL for u in on)
+        trains = any(u.training for u in on)
         combined.append(_Unit(min(100.0, sum(u.util for u in on)), sum(u.fb for u in on),
                               tdp * TRAINING_POWER_SHARE if trains else power_w(tdp, dram, tensor),
-                              min(1.0, sum(u.occupancy for u in on)), tensor, dram, None))
+                              min(1.0, sum(u.occupancy for u in on)), tensor, dram, None, trains))
     return [combined[gpu_of_unit(i, gpus)]._replace(key=u.key) for i, u in enumerate(units)]
 
 

@@ -20,7 +20,7 @@ from scoring.telemetry import NodeTelemetry
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.llm.exposition import dcgm_text, ticks
 from sim.policies import observed_samples
-from tests.sim.test_serving_exposition import SMALL, placed
+from tests.sim.test_serving_world import SMALL, placed
 
 NOW = datetime(2026, 12, 4, tzinfo=timezone.utc)
 

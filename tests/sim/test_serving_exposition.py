@@ -16,30 +16,12 @@ from gpu_balancer.local_prometheus import free_port
 from scoring import dcgm
 from scoring.policy import default_policy
 from scoring.prometheus import connect, read_snapshot
-from sim.engine import bind, build_world, measure, step_workloads
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.llm.exposition import dcgm_text, serving_text, ticks
 from sim.llm.world import GPU_IDLE, SW_POWER_CAP
-from sim.policies import make_policy
-from sim.scenario import FleetShape, InferenceShape, named
+from tests.sim.test_serving_world import SMALL, placed
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real_exporters"
-SMALL = replace(named("llm-fleet"), hours=0.5, fleet=FleetShape(nodes=6),
-                inference=InferenceShape(services=8, mean_demand_fraction=0.35))
-
-
-def placed(scenario, ticks_run: int = 1):
-    """The scenario's fleet placed by the stock scheduler and measured `ticks_run` times."""
-    world = build_world(scenario, 1)
-    policy = make_policy("stock", 1)
-    for tick in range(ticks_run):
-        world.tick = tick
-        step_workloads(world)
-        for pod in list(world.pending()):
-            if (node := policy.place(world, pod)) is not None:
-                bind(world, pod, node)
-        measure(world)
-    return world
 
 
 def families(text: str) -> dict[str, list]:

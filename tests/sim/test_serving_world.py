@@ -27,16 +27,23 @@ SMALL = replace(named("llm-fleet"), hours=0.5, fleet=FleetShape(nodes=6),
                 inference=InferenceShape(services=8, mean_demand_fraction=0.35))
 
 
+def placed(scenario, ticks_run: int = 1):
+    """The scenario's fleet placed by the stock scheduler and measured `ticks_run` times."""
+    world = build_world(scenario, 1)
+    policy = make_policy("stock", 1)
+    for tick in range(ticks_run):
+        world.tick = tick
+        step_workloads(world)
+        for pod in list(world.pending()):
+            if (node := policy.place(world, pod)) is not None:
+                bind(world, pod, node)
+        measure(world)
+    return world
+
+
 def placed_world():
     """SMALL's first tick: the fleet placed by the stock scheduler and measured once."""
-    world = build_world(SMALL, 1)
-    step_workloads(world)
-    policy = make_policy("stock", 1)
-    for pod in list(world.pending()):
-        if (node := policy.place(world, pod)) is not None:
-            bind(world, pod, node)
-    measure(world)
-    return world
+    return placed(SMALL)
 
 
 def test_a_slowed_replica_is_the_unslowed_one_at_a_proportionally_higher_rate_with_longer_latencies():

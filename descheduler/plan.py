@@ -1,12 +1,13 @@
 """Eviction planning: the strategies' sources merged under the limits, the opt-in, the ledger and
 the payback rule. Pure, no I/O.
 
-Each strategy (`descheduler.strategies`: utilisation, serving) names its source nodes, why, how
-much each must shed and in what order its pods go. A pod is evicted only when a cool node that
-the pod could be scheduled on (its selector, affinity, tolerations: `scoring.feasibility`) has
-free GPUs of the kind it needs; that capacity is reserved as the plan is built, so one cool node
-is not promised twice. And only when the move pays: what it gains over the payback horizon must
-exceed what restarting the pod costs (`descheduler.payback`).
+Each strategy (`descheduler.strategies`: health, utilisation, throttling, serving) names its
+source nodes, why, how much each must shed and in what order its pods go. A pod is evicted only
+when a cool node that the pod could be scheduled on (its selector, affinity, tolerations:
+`scoring.feasibility`) has free GPUs of the kind it needs; that capacity is reserved as the plan
+is built, so one cool node is not promised twice. And only when the move pays: what it gains over
+the payback horizon must exceed what restarting the pod costs (`descheduler.payback`), unless its
+strategy says the pod serves nothing where it is.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ def _contribution(snapshot: ClusterSnapshot, pod: PodInfo) -> float:
 
 def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mapping[str, WindowStats],
                    cluster: Cluster, ledger: LedgerState, policy: DeschedulerPolicy, now: datetime,
-                   serving_window: Mapping[tuple[str, str], SustainedServing] | None = None) -> Plan:
+                   serving_window: Mapping[tuple[str, str], SustainedServing] | None = None,
+                   throttle_window: Mapping[str, WindowStats] | None = None) -> Plan:
     heat = {n.name: n for n in fleet.nodes}
-    inputs = PlanInputs(heat, snapshot, window, serving_window or {}, policy, cluster.running_replicas())
+    inputs = PlanInputs(heat, snapshot, window, serving_window or {}, policy, cluster.running_replicas(),
+                        throttle_window or {})
     sources: list[Source] = []
     for strategy in STRATEGIES:
         sources += strategy.sources(inputs, {s.node for s in sources})
@@ -83,7 +86,7 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mappi
                     "node selector, affinity or tolerations)")
                 skipped.append(Skip(pod.namespace, pod.name, why))
                 continue
-            move = _payback(pod, heat, destination, snapshot, policy)
+            move = _payback(pod, heat, destination, snapshot, policy) if source.weigh_payback else None
             if move is not None and not move.pays:
                 spare[destination].update(dict(pod.gpu_resources))
                 skipped.append(Skip(pod.namespace, pod.name, f"move does not pay: {move.describe()}"))

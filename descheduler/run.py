@@ -18,7 +18,8 @@ from descheduler.plan import Plan, plan_evictions
 from descheduler.summary import RunSummary, summarise
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy
-from scoring.prometheus import QueryFn, TelemetryError, read_serving_window, read_snapshot, read_window
+from scoring.prometheus import (QueryFn, TelemetryError, read_serving_window, read_snapshot, read_throttle_window,
+                                read_window)
 
 log = logging.getLogger("gpu_balancer.descheduler")
 
@@ -99,7 +100,8 @@ def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: C
     ledger, version = load_ledger(core, policy.descheduler) if core is not None else (LedgerState(), None)
     plan = plan_evictions(fleet=fleet, snapshot=snapshot, window=window, cluster=cluster, ledger=ledger,
                           policy=policy.descheduler, now=taken,
-                          serving_window=read_serving_window(query, policy, snapshot))
+                          serving_window=read_serving_window(query, policy, snapshot),
+                          throttle_window=read_throttle_window(query, policy, fleet))
     outcomes = carry_out(plan, core, events, dry_run=dry_run, now=taken)
     evicted = [o.eviction for o in outcomes if o.result == "evicted"]
     ledger_error = None

@@ -53,6 +53,8 @@ class NodeHeat:
     reasons: tuple[str, ...]
     signals: tuple[str, ...] = ()
     """The signals the verdict rested on (`SIGNALS`, and "serving" when model servers reported)."""
+    failed_gpus: tuple[tuple[str, int], ...] = ()
+    """(unit, XID) for each unit that reported one of `heat.criticalXids`: it needs a reset."""
     serving_pressure: float | None = None
     """The figures of the worst replica this node slows (`ServingReplica.node_bound`) as a share
     of its target (1.0 = on target); 0 when replicas report but none is slowed by this node; None
@@ -137,10 +139,8 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         ("memory", memory_fraction is not None),
         ("temperature", node.temperature_max_c is not None)) if known)
 
-    verdicts: list[tuple[Tier, str]] = []
-    for gpu, xid in node.xids:
-        if xid in policy.critical_xids:
-            verdicts.append((Tier.UNHEALTHY, f"GPU {gpu} reported critical XID {xid}"))
+    failed = tuple((gpu, xid) for gpu, xid in node.xids if xid in policy.critical_xids)
+    verdicts = [(Tier.UNHEALTHY, f"GPU {gpu} reported critical XID {xid}") for gpu, xid in failed]
     if node.gpus == 0:
         verdicts.append((Tier.UNHEALTHY, "no GPU series reported"))
     elif node.gpus_vanished:
@@ -185,6 +185,7 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         tier=max((tier for tier, _ in verdicts), default=Tier.COOL),
         reasons=tuple(reason for _, reason in sorted(verdicts, key=lambda v: -v[0])),
         signals=signals,
+        failed_gpus=failed,
         serving_pressure=pressure,
     )
 

@@ -27,6 +27,7 @@ from urllib3.util.retry import Retry
 from scoring import dcgm, recording, serving
 from scoring.policy import BalancerPolicy, PrometheusConnection
 from scoring.series import EXPORTER_HINTS, SUMMED, Series, build_snapshot, detect_node_label, ksm_label_name, selector
+from scoring.heat import FleetHeat
 from scoring.telemetry import ClusterSnapshot, WindowStats
 
 
@@ -543,8 +544,22 @@ def window_queries(matchers: str, *, window_seconds: float, step_seconds: float,
         series = f'{recording.NODE_UTIL}{{{recording.FINGERPRINT_LABEL}="{recorded}"}}[{int(window_seconds)}s]'
     else:
         series = f"({per_node_util(matchers, use_profiling_metrics)})[{int(window_seconds)}s:{int(step_seconds)}s]"
+    return _over_time(series, quantile)
+
+
+def _over_time(series: str, quantile: float) -> dict[str, str]:
+    """A range's mean, low quantile and sample count: what `WindowStats` is read from."""
     return {"mean": f"avg_over_time({series})", "low": f"quantile_over_time({quantile:g}, {series})",
             "samples": f"count_over_time({series})"}
+
+
+def throttle_window_queries(matchers: str, *, window_seconds: float, step_seconds: float, quantile: float
+                            ) -> dict[str, str]:
+    """Per node over the window: how many GPUs a power cap or heat held below their clocks (a step
+    where none was has no sample, so `samples` counts the throttled steps)."""
+    reasons = f"max by ({_NODE}, gpu, GPU_I_ID) ({selector(dcgm.CLOCK_THROTTLE_REASONS, matchers)})"
+    held = dcgm.reason_bits_set(reasons, dcgm.POWER_CAP_REASONS + dcgm.HEAT_REASONS)
+    return _over_time(f"(count by ({_NODE}) ({held}))[{int(window_seconds)}s:{int(step_seconds)}s]", quantile)
 
 
 def recorded_fingerprint(query: QueryFn, policy: BalancerPolicy) -> str | None:
@@ -563,7 +578,22 @@ def read_window(query: QueryFn, policy: BalancerPolicy) -> dict[str, WindowStats
                              step_seconds=d.step_seconds, quantile=d.low_quantile,
                              use_profiling_metrics=policy.telemetry.use_profiling_metrics,
                              recorded=recorded_fingerprint(query, policy))
-    answers = run_queries(query, queries)
+    return _window_stats(run_queries(query, queries), policy)
+
+
+def read_throttle_window(query: QueryFn, policy: BalancerPolicy, fleet: FleetHeat) -> dict[str, WindowStats]:
+    """Node → its count of GPUs held below their clocks over the descheduler's window; no query
+    at all when no node is throttled now (nothing the throttling strategy could act on)."""
+    if not any(node.throttled for node in fleet.nodes):
+        return {}
+    d = policy.descheduler
+    queries = throttle_window_queries(policy.prometheus.selector_matchers, window_seconds=d.window_seconds,
+                                      step_seconds=d.step_seconds, quantile=d.low_quantile)
+    return _window_stats(run_queries(query, queries), policy)
+
+
+def _window_stats(answers: Mapping[str, list[Series]], policy: BalancerPolicy) -> dict[str, WindowStats]:
+    d = policy.descheduler
     label = detect_node_label(answers["mean"], policy.telemetry.node_label)
     steps = d.window_seconds / d.step_seconds
     by_node: dict[str, dict[str, float]] = {}

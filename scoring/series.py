@@ -200,8 +200,7 @@ def build_snapshot(
     xids: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for row in aggregates.get("xids", ()):
         if (node := node_of(row)) and row.value > 0:
-            gpu, instance = row.labels.get("gpu", "?"), row.labels.get("GPU_I_ID", "")
-            xids[node].append((f"{gpu}/{instance}" if instance else gpu, int(row.value)))
+            xids[node].append((unit_id(row.labels.get("gpu", "?"), row.labels.get("GPU_I_ID", "")), int(row.value)))
 
     seen = _sum_by(gpus_seen_recently, label)
     allocatable = _sum_by(allocatable_gpus, "node")
@@ -229,8 +228,8 @@ def build_snapshot(
             power_w=figures.get("power"),
             gpu_kinds=tuple(GpuKind(model, profile, count) for (model, profile), count in sorted(kinds[name].items())),
             xids=tuple(sorted(xids[name], key=lambda x: _natural(x[0]))) if name in xids else (),
-            pods=tuple(PodUsage(namespace, pod, int(count), total / count)
-                       for (namespace, pod), (count, total) in sorted(pods.items())) if pods else (),
+            pods=tuple(PodUsage(namespace, pod, int(count), total / count, tuple(sorted(ids, key=_natural)))
+                       for (namespace, pod), (count, total, ids) in sorted(pods.items())) if pods else (),
             gpus_vanished=max(0, seen.get(name, 0) - reporting[name]),
             allocatable_gpus=allocatable.get(name),
             allocated_gpus=allocated.get(name),
@@ -249,8 +248,8 @@ class _Units:
     kinds: dict[str, dict[tuple[str, str], int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     util: dict[str, list[float]] = field(default_factory=lambda: defaultdict(lambda: [0.0, 0, 0.0]))
     reporting: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    pods: dict[str, dict[tuple[str, str], list[float]]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(lambda: [0, 0.0])))
+    pods: dict[str, dict[tuple[str, str], list]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(lambda: [0, 0.0, []])))
     warnings: tuple[str, ...] = ()
 
     def credit(self, rows: Mapping[UnitKey, tuple[float, Mapping[str, str]]],
@@ -262,6 +261,7 @@ class _Units:
             held = self.pods[key[0]][pod.namespace, pod.name]
             held[0] += 1
             held[1] += rows[key][0]
+            held[2].append(unit_id(key[1], key[2]))
 
 
 def _chosen(rows: Iterable[Series], node_of, scale: float = 1.0) -> dict[UnitKey, tuple[float, Mapping[str, str]]]:
@@ -318,6 +318,11 @@ def _units_from_records(aggregates: Aggregates, node_of, ksm_pods) -> _Units:
     found.credit(_chosen(aggregates.get("pod_units", ()), node_of), ksm_pods,
                  {node: int(figures[1]) for node, figures in found.util.items()})
     return found
+
+
+def unit_id(gpu: str, instance: str) -> str:
+    """How a unit is named on a node: its GPU index, with the MIG instance after a slash."""
+    return f"{gpu}/{instance}" if instance else gpu
 
 
 def _by_node_and_name(rows: Sequence[Series], node_of) -> dict[str, dict[str, float]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -55,6 +55,8 @@ class PodUsage:
     gpus: int
     util_percent: float
     """Mean busy share of its GPUs, 0–100."""
+    gpu_ids: tuple[str, ...] = field(default=(), compare=False)
+    """The units it holds, as `NodeTelemetry.xids` names them ("3", or "3/1" for a MIG instance)."""
 
 
 @dataclass(frozen=True, slots=True)

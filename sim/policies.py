@@ -17,16 +17,16 @@ from scoring.feasibility import constraints_of, why_infeasible
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
 from scoring.prometheus import topology_keys
-from scoring.telemetry import WindowStats
+from scoring import dcgm
 from scoring.serving import (ServingReplica, SustainedServing, latency_label, pressure_of, target_for,
                              with_peers, with_serving, workload_of_pod)
 from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
-from scoring.telemetry import GpuSample, PodRef
+from scoring.telemetry import GpuSample, PodRef, WindowStats
 from scoring.workloads import gpu_request
 from scoring.view import BOOKING_ANNOTATION, Binding
 from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
 from sim.llm.telemetry import MIB
-from sim.llm.world import ServingState, gpu_of_node
+from sim.llm.world import GpuReport, ServingState, gpu_of_node
 from sim.scheduler import MAX_SCORE, WEIGHTS, NodeVerdict, choose, evaluate, pod_key, view_of
 from webhook.admit import decide
 from webhook.cache import telemetry_of
@@ -410,11 +410,11 @@ class GpuBalancer(Stock):
         for node in snapshot.nodes:
             for replica in node.serving:
                 key = f"{replica.namespace}/{replica.pod}"
-                pressures = sorted(pressure_of(state.ttft_p95_s, state.waiting, replica.target)
-                                   for state in (tick[key] for tick in history if key in tick))
-                if pressures:
-                    out[replica.namespace, replica.pod] = SustainedServing(
-                        _low(pressures, self.policy.descheduler.low_quantile), len(pressures) / steps)
+                stats = _window_stats([pressure_of(state.ttft_p95_s, state.waiting, replica.target)
+                                       for state in (tick[key] for tick in history if key in tick)],
+                                      steps, self.policy.descheduler.low_quantile)
+                if stats:
+                    out[replica.namespace, replica.pod] = SustainedServing(stats.low, stats.coverage)
         return out
 
     def place(self, world: World, pod: SimPod) -> str | None:
@@ -474,19 +474,22 @@ class GpuBalancer(Stock):
         steps = max(1, int(d.window_seconds / world.scenario.tick_seconds))
         lag = telemetry_lag(world)
         history = world.history[max(0, len(world.history) - lag - steps): len(world.history) - lag]
-        window = {}
-        for name in world.nodes:
-            values = sorted(h[name] for h in history if name in h)
-            if values:
-                window[name] = WindowStats(sum(values) / len(values), _low(values, d.low_quantile), len(values) / steps)
+        window = {name: _window_stats([h[name] for h in history if name in h], steps, d.low_quantile)
+                  for name in world.nodes}
         cluster = cluster_from_objects(cluster_objects(world), self.policy.placement)
         now = sim_time(world)
         serving_window = {}
         if self.reads_serving and self.moves_on_serving:
             observed = world.serving[max(0, len(world.serving) - lag - steps): len(world.serving) - lag]
             serving_window = self._serving_window(observed, steps, snapshot)
-        plan = plan_evictions(fleet=fleet, snapshot=snapshot, window=window, cluster=cluster, ledger=self.evictions,
-                              policy=d, now=now, serving_window=serving_window)
+        throttle_window = {}
+        if any(node.throttled for node in fleet.nodes) and world.gpu_readings:
+            readings = world.gpu_readings[max(0, len(world.gpu_readings) - lag - steps): len(world.gpu_readings) - lag]
+            throttle_window = {name: _window_stats(_throttled_counts(readings, name), steps, d.low_quantile)
+                               for name in world.nodes}
+        plan = plan_evictions(fleet=fleet, snapshot=snapshot, window={n: w for n, w in window.items() if w},
+                              cluster=cluster, ledger=self.evictions, policy=d, now=now, serving_window=serving_window,
+                              throttle_window={n: w for n, w in throttle_window.items() if w})
         records = []
         for eviction in plan.evictions:
             pod = world.pods.get(f"{eviction.namespace}/{eviction.pod}")
@@ -504,9 +507,22 @@ class GpuBalancerServing(GpuBalancer):
     reads_serving = True
 
 
-def _low(ordered: list[float], quantile: float) -> float:
-    """The window's low quantile, as the descheduler's windowed queries take it (nearest rank)."""
-    return ordered[min(len(ordered) - 1, int(quantile * len(ordered)))]
+def _window_stats(values: list[float], steps: int, quantile: float) -> WindowStats | None:
+    """A window's mean, low quantile (nearest rank, as the descheduler's windowed queries take
+    it) and coverage; None without a sample."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return WindowStats(sum(ordered) / len(ordered), ordered[min(len(ordered) - 1, int(quantile * len(ordered)))],
+                       len(ordered) / steps)
+
+
+def _throttled_counts(readings: list[dict[str, dict[int, GpuReport]]], node: str) -> list[float]:
+    """Per tick, how many of the node's GPUs a power cap or heat held down; a tick with none has
+    no sample, as `count by` returns no series then."""
+    held = dcgm.POWER_CAP_REASONS + dcgm.HEAT_REASONS
+    counts = (sum(dcgm.has_reason(r.clock_reasons, held) for r in tick.get(node, {}).values()) for tick in readings)
+    return [float(c) for c in counts if c]
 
 
 def make_policy(name: str, seed: int):

@@ -5,11 +5,12 @@ sources under the limits, the opt-in, the ledger and the payback rule."""
 
 from __future__ import annotations
 
-from descheduler.strategies import serving, utilisation
+from descheduler.strategies import health, serving, throttling, utilisation
 from descheduler.strategies.base import Candidate, PlanInputs, Source, Strategy
 
-STRATEGIES: tuple[Strategy, ...] = (utilisation.STRATEGY, serving.STRATEGY)
-"""In order: a node an earlier strategy claims is not offered to a later one, so nodes hot on
-utilisation come before those hot on their serving figures alone."""
+STRATEGIES: tuple[Strategy, ...] = (health.STRATEGY, utilisation.STRATEGY, throttling.STRATEGY, serving.STRATEGY)
+"""In order: a node an earlier strategy claims is not offered to a later one. Pods on a failed GPU
+serve nothing, so they go first; then nodes hot on utilisation, on clocks held down, and last on
+their serving figures alone."""
 
 __all__ = ["STRATEGIES", "Candidate", "PlanInputs", "Source", "Strategy"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from descheduler.cluster import PodInfo
@@ -32,6 +32,9 @@ class PlanInputs:
     policy: DeschedulerPolicy
     running: Counter
     """Workload → its running replicas."""
+    throttle_window: Mapping[str, WindowStats] = field(default_factory=dict)
+    """Each node's count of GPUs held below their clocks by a power cap or heat, over the window;
+    read only where some node is throttled now."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,9 @@ class Source:
     added to the skip list with the reason."""
     sheds: Callable[[float], float]
     """How much of the excess moving one pod sheds, from its share."""
+    weigh_payback: bool = True
+    """Whether a move must pay for its restart (`descheduler.payback`); not where the pod serves
+    nothing where it is (its GPU has failed)."""
 
 
 class Strategy(Protocol):

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from snapshot_scale import fleet_arguments, fleet_in_prometheus, gpus_in_fleet  # noqa: E402
 
 from scoring.policy import default_policy  # noqa: E402
-from scoring.prometheus import topology_keys  # noqa: E402
+from scoring.queries import topology_keys  # noqa: E402
 from scoring.recording import SNAPSHOT_GROUP, recording_rules  # noqa: E402
 
 

@@ -20,7 +20,7 @@ from snapshot_scale import fleet_arguments, fleet_in_prometheus, gpus_in_fleet  
 
 from scoring import dcgm, recording  # noqa: E402
 from scoring.policy import default_policy  # noqa: E402
-from scoring.prometheus import REPLACEMENT_ROWS, snapshot_queries, topology_keys  # noqa: E402
+from scoring.queries import REPLACEMENT_ROWS, snapshot_queries, topology_keys  # noqa: E402
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
     total = gpus_in_fleet(args.nodes, args.gpus, args.exporters)
     with fleet_in_prometheus(args.nodes, args.gpus, args.exporters, recorded=True) as prometheus:
         queries = snapshot_queries(policy.prometheus.selector_matchers, lookback_seconds=600,
-                                   use_profiling_metrics=True, topology_keys=keys)
+                                   busy=policy.telemetry.busy, topology_keys=keys)
         summed = f'{{__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}|{dcgm.POWER_USAGE}"}}'
         framebuffer = f'{{__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}"}}'
         per_node = ", ".join(dcgm.NODE_LABEL_CANDIDATES)

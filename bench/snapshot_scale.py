@@ -38,7 +38,8 @@ from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget, free_po
 from scoring import dcgm
 from scoring.heat import fleet_heat
 from scoring.policy import default_policy
-from scoring.prometheus import PrometheusClient, SnapshotReader, read_snapshot, topology_keys
+from scoring.prometheus import PrometheusClient, SnapshotReader, read_snapshot
+from scoring.queries import topology_keys
 from scoring.recording import NODE_UTIL, recording_rules, snapshot_record
 from scoring.serving import serving_queries
 from scoring.telemetry import ClusterSnapshot

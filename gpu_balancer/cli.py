@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 
 from scoring.heat import fleet_heat
 from scoring.policy import DEFAULT_SERVERS, BalancerPolicy, PolicyError, default_policy, parse_policy, yaml_problem
-from scoring.prometheus import TelemetryError, connect, read_snapshot, utilisation_selector
+from scoring.prometheus import TelemetryError, connect, read_snapshot
+from scoring.queries import utilisation_selector
 from sim.scenario import BUILT_IN
 
 
@@ -206,7 +207,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_recording_rules(args: argparse.Namespace) -> int:
     import yaml
 
-    from scoring.prometheus import topology_keys
+    from scoring.queries import topology_keys
     from scoring.recording import recording_rules
 
     policy = load_policy(args.config, reads_prometheus=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -44,8 +45,40 @@ def reason_bits_set(expression: str, bits: tuple[int, ...]) -> str:
 THROTTLE_COUNTS = (("power_capped", POWER_CAP_REASONS), ("heat_throttled", HEAT_REASONS))
 """The per-node counts of held-down GPUs a snapshot reads: (row set, the bits it counts)."""
 
-GPU_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, FB_FREE, GPU_TEMP, POWER_USAGE, XID_ERRORS, CLOCK_THROTTLE_REASONS)
-"""Every per-GPU gauge a snapshot is built from."""
+GPU_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, FB_FREE, GPU_TEMP, POWER_USAGE, XID_ERRORS, CLOCK_THROTTLE_REASONS,
+               SM_ACTIVE, SM_OCCUPANCY, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE)
+"""Every per-GPU gauge a snapshot may be built from (the profiling ratios as `BusyMeasure` picks)."""
+
+BUSY_GAUGES = (GR_ENGINE_ACTIVE, SM_ACTIVE, SM_OCCUPANCY, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE)
+"""The profiling ratios (0–1) a policy may read as a GPU's busy share (`telemetry.busyGauge`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BusyMeasure:
+    """Which gauge a unit's busy share (0–100) is read from: `gauge` (a profiling ratio; None for
+    GPU_UTIL) scaled so that `full_scale` reads as 100 %, and where a unit lacks it the next of
+    `readings` that it reports. Every unit reports GPU_UTIL or GR_ENGINE_ACTIVE (H100 MIG instances
+    only the latter), so both stay as fallbacks and no unit goes unmeasured."""
+
+    gauge: str | None = GR_ENGINE_ACTIVE
+    full_scale: float = 1.0
+
+    @property
+    def readings(self) -> tuple[tuple[str, str, float], ...]:
+        """(row set, metric, factor to 0–100), the preferred first; each later one only where a
+        unit lacks the earlier ones."""
+        util, engine = ("gpu_util", GPU_UTIL, 1.0), ("gpu_engine_active", GR_ENGINE_ACTIVE, 100.0)
+        if self.gauge is None:
+            return util, engine
+        if self.gauge == GR_ENGINE_ACTIVE:
+            return ("gpu_engine_active", GR_ENGINE_ACTIVE, 100.0 / self.full_scale), util
+        return ("gpu_busy", self.gauge, 100.0 / self.full_scale), util, engine
+
+    def describe(self) -> str:
+        if self.gauge is None:
+            return GPU_UTIL
+        return self.gauge + ("" if self.full_scale == 1 else f" (full at {self.full_scale:g})")
+
 
 UTILISATION_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE)
 """A unit (GPU or MIG instance) is counted when it reports one of these: every exporter

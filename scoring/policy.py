@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from scoring import dcgm
+
 API_VERSION = "gpu-balancer.io/v1alpha1"
 KIND = "BalancerPolicy"
 
@@ -113,8 +115,19 @@ class TelemetryPolicy:
                 f"1 to {MAX_DERIVED_RECORDING_INTERVAL} s")
 
     use_profiling_metrics: bool = True
-    """Prefer DCGM_FI_PROF_GR_ENGINE_ACTIVE over DCGM_FI_DEV_GPU_UTIL where present: GPU_UTIL
-    counts any kernel running as 100 %, GR_ENGINE_ACTIVE measures the busy share."""
+    """Prefer a profiling gauge (`busyGauge`) over DCGM_FI_DEV_GPU_UTIL where present: GPU_UTIL
+    counts any kernel running as 100 %, the profiling ratios measure a share of the GPU's work."""
+    busy_gauge: str = dcgm.GR_ENGINE_ACTIVE
+    """The profiling ratio read as a GPU's busy share (`dcgm.BUSY_GAUGES`). GR_ENGINE_ACTIVE (the
+    default) and SM_ACTIVE are duty cycles, near full with one LLM request in flight; the tensor
+    pipe's activity grows with the batch (`bench/replica_signals.py`; BENCHMARKS: "the busy gauge")."""
+    busy_gauge_full_scale: float = 1.0
+    """The `busyGauge` reading that counts as fully busy (100 %): a decoding LLM's tensor pipe tops
+    out well below 1, where its batch is full."""
+
+    @property
+    def busy(self) -> dcgm.BusyMeasure:
+        return dcgm.BusyMeasure(self.busy_gauge if self.use_profiling_metrics else None, self.busy_gauge_full_scale)
 
 
 @dataclass(frozen=True)
@@ -398,6 +411,10 @@ def validate_policy(policy: BalancerPolicy) -> None:
              "telemetry.recordingIntervalSeconds",
              f"must be whole seconds, at least 1 and below stalenessLimitSeconds "
              f"({telemetry.staleness_limit_seconds:g}), or left out to derive it from that limit; got {interval}")
+    _require(telemetry.busy_gauge in dcgm.BUSY_GAUGES, "telemetry.busyGauge",
+             f"must be one of {', '.join(dcgm.BUSY_GAUGES)}; got {telemetry.busy_gauge!r}")
+    _require(0 < telemetry.busy_gauge_full_scale <= 1, "telemetry.busyGaugeFullScale",
+             f"must be above 0 and at most 1 (a ratio); got {telemetry.busy_gauge_full_scale}")
     _require(re.fullmatch(r"auto|[A-Za-z_][A-Za-z0-9_]*", telemetry.node_label) is not None,
              "telemetry.nodeLabel", "must be 'auto' or a Prometheus label name")
     _require(prom.url.startswith(("http://", "https://")), "prometheus.url", "must start with http:// or https://")

@@ -1,4 +1,5 @@
-"""The Prometheus adapter: the one module of `scoring` that does I/O (HTTP queries to Prometheus).
+"""The Prometheus adapter: the one module of `scoring` that does I/O (HTTP queries to Prometheus);
+the queries it sends are built in `scoring.queries`.
 
 Errors, all `TelemetryError`:
     TelemetryError
@@ -24,10 +25,12 @@ from prometheus_api_client import PrometheusConnect
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from scoring import dcgm, recording, serving
-from scoring.policy import BalancerPolicy, PrometheusConnection
-from scoring.series import EXPORTER_HINTS, SUMMED, Series, build_snapshot, detect_node_label, ksm_label_name, selector
+from scoring import recording, serving
 from scoring.heat import FleetHeat
+from scoring.policy import BalancerPolicy, PrometheusConnection
+from scoring.queries import (RECORDED_INSTEAD, REPLACEMENT_ROWS, snapshot_queries, throttle_window_queries,
+                             topology_keys, window_queries)
+from scoring.series import SUMMED, Series, build_snapshot, detect_node_label
 from scoring.telemetry import ClusterSnapshot, WindowStats
 
 
@@ -71,131 +74,6 @@ PARALLEL_QUERIES = 16
 
 QueryFn = Callable[[str], list[dict]]
 """Runs one instant PromQL query and returns Prometheus's `data.result` list."""
-
-_NODE = ", ".join(dcgm.NODE_LABEL_CANDIDATES)
-_WORKLOAD = ("exported_pod, exported_namespace, exported_container, pod, namespace, container, job, service, "
-             "dra_claim_name")
-"""The pod labels, the target labels that tell the exporter's own pod from a workload, and the
-label dcgm-exporter adds where the pod's GPU came from a DRA claim."""
-
-
-def utilisation_selector(matchers: str, *extra: str) -> str:
-    """Both utilisation gauges: every unit reports at least one (`dcgm.UTILISATION_METRICS`)."""
-    return selector("", matchers, f'__name__=~"{"|".join(dcgm.UTILISATION_METRICS)}"', *extra)
-
-
-def snapshot_queries(matchers: str, *, lookback_seconds: float, use_profiling_metrics: bool,
-                     topology_keys: Sequence[str] = ()) -> dict[str, str]:
-    """Every instant query a snapshot needs, by the row-set name `scoring.series` reads.
-
-    Each DCGM gauge is scanned once: Prometheus aggregates per node where the figure is a sum or a
-    maximum, and returns one short row per unit only for utilisation, which the builder needs per
-    node and per pod and from which it counts the units. The two utilisation gauges are fetched
-    apart, the preferred one whole and the other only where a unit lacks the preferred one,
-    because a PromQL `or` join over 40,000 GPUs costs more than both fetches together.
-    Memory is known on a node only where as many GPUs report FB_FREE as FB_USED (`fb_counts`): a
-    missing FB_FREE is unknown, not 0. Sums and counts take each GPU once, however many series
-    name it. (Summing only the GPUs with both, by a vector match, costs
-    Prometheus two joins over every GPU.)
-    """
-    per_unit = f"{_NODE}, gpu, GPU_I_ID, GPU_I_PROFILE, modelName, {_WORKLOAD}"
-    unit = f"{_NODE}, gpu, GPU_I_ID"
-    per_gpu = f"max by (__name__, {unit})"
-    summed = f'__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}|{dcgm.POWER_USAGE}"'
-    framebuffer = f'__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}"'
-    gpu_resource = 'resource="nvidia_com_gpu"'
-    requests_ = selector("kube_pod_container_resource_requests", matchers, gpu_resource, 'node!=""')
-    phase = selector("kube_pod_status_phase", matchers, 'phase=~"Pending|Running"')
-    allocatable = selector("kube_node_status_allocatable", matchers, gpu_resource)
-    gpu_requests = selector("kube_pod_container_resource_requests", matchers, 'resource=~"nvidia_com_.+"')
-    engine, util = selector(dcgm.GR_ENGINE_ACTIVE, matchers), selector(dcgm.GPU_UTIL, matchers)
-    reasons = f"max by ({unit}) ({selector(dcgm.CLOCK_THROTTLE_REASONS, matchers)})"
-    preferred, other = ("gpu_engine_active", "gpu_util") if use_profiling_metrics else ("gpu_util", "gpu_engine_active")
-    gauges = {"gpu_engine_active": engine, "gpu_util": util}
-    recently = [f"count by ({unit}) (last_over_time({gauge}[{int(lookback_seconds)}s]))" for gauge in gauges.values()]
-    gpu_zero = 'gpu="0"'
-    newest = [f"timestamp({selector(metric, matchers, gpu_zero)})" for metric in dcgm.UTILISATION_METRICS]
-    queries = {
-        preferred: f"max by ({per_unit}) ({gauges[preferred]})",
-        other: f"max by ({per_unit}) ({gauges[other]} unless on ({unit}) {gauges[preferred]})",
-        # One value per GPU first: where pods share a DRA claim, dcgm-exporter writes a GPU's
-        # series once per pod (and a target scraped twice writes each twice).
-        "sums": f"sum by (__name__, {_NODE}) ({per_gpu} ({selector('', matchers, summed)}))",
-        "fb_counts": f"count by (__name__, {_NODE}) ({per_gpu} ({selector('', matchers, framebuffer)}))",
-        "temperature_max": f"max by ({_NODE}) ({selector(dcgm.GPU_TEMP, matchers)})",
-        # One value per GPU first, as for the sums: a GPU shared by DRA pods is written once per pod.
-        **{name: f"count by ({_NODE}) ({dcgm.reason_bits_set(reasons, bits)})" for name, bits in dcgm.THROTTLE_COUNTS},
-        # Filter before grouping: only GPUs with an XID are hashed into groups.
-        "xids": f"max by ({unit}) ({selector(dcgm.XID_ERRORS, matchers)} > 0)",
-        # Functions drop the metric name, so each gauge is reduced on its own before the union.
-        "seen_recently": f"count by ({_NODE}) ({' or '.join(recently)})",
-        # Every GPU node has a GPU 0: its samples date the fleet at an eighth of the cost of all GPUs.
-        "newest_sample": f"max({' or '.join(newest)})",
-        "ksm_allocated": (f"sum by (node) ({requests_} * on (namespace, pod) group_left () "
-                          f"max by (namespace, pod) ({phase}))"),
-        "ksm_allocatable": f"max by (node) ({allocatable})",
-        "ksm_gpu_pods": f"max by (namespace, pod) ({gpu_requests} > 0)",
-    }
-    if topology_keys:
-        labels = ", ".join(ksm_label_name(key) for key in topology_keys)
-        queries["node_labels"] = f"max by (node, {labels}) ({selector('kube_node_labels', matchers)})"
-    return queries
-
-
-RECORDED_INSTEAD = ("gpu_engine_active", "gpu_util", "fb_counts")
-"""The raw queries whose answers have a row per unit or per node and gauge: the recording rules
-replace them by per-node records (`replacement_records`), which is what makes a recorded
-refresh cheap."""
-
-REPLACEMENT_ROWS = ("node_units", "node_util_sum", "node_util_max", "mig_parents", "pod_units", "fb_unknown")
-"""The replacement records the reader fetches (the others are steps between)."""
-
-
-def replacement_records(matchers: str, *, use_profiling_metrics: bool, recorded: Callable[..., str]) -> dict[str, str]:
-    """The recording rules that stand in for `RECORDED_INSTEAD`, in evaluation order: a later rule
-    reads an earlier one's series through `recorded(name, *matchers)` (its selector, fingerprint
-    included).
-
-    `unit_copies` is one row per unit and pod copy, utilisation 0–100 from the preferred gauge
-    (the other only where a unit lacks it), as the raw rows give it; `units` takes each unit once
-    and leaves out a MIG-enabled GPU's own row. From those: per node and GPU kind the unit count,
-    per node the utilisation's sum and maximum, and per node the MIG parents (which still count
-    as reporting, for vanished GPUs). Only units whose series name a pod come per unit
-    (`pod_units`), because which pod is a workload is decided from labels in Python
-    (`scoring.series.classify_workloads`): a bare `pod` only where no series has `exported_pod`,
-    and never the exporter's own by name (the rest of that test needs two labels compared).
-    `fb_unknown` names only the nodes where some GPU reports one framebuffer gauge without the
-    other (their memory is unknown), in place of both counts for every node.
-    """
-    per_unit = f"{_NODE}, gpu, GPU_I_ID, GPU_I_PROFILE, modelName, {_WORKLOAD}"
-    unit = f"{_NODE}, gpu, GPU_I_ID"
-    engine = f"100 * {selector(dcgm.GR_ENGINE_ACTIVE, matchers)}"
-    util = selector(dcgm.GPU_UTIL, matchers)
-    preferred, other = (engine, util) if use_profiling_metrics else (util, engine)
-    copies = recorded("unit_copies")
-    # A MIG-enabled GPU: grouped without GPU_I_ID, it matches exactly its own row's key (GPU_I_ID
-    # empty) `on (unit)`, and selecting instance rows is cheap where there are none.
-    parent_rows, instance_rows = recorded("unit_copies", 'GPU_I_ID=""'), recorded("unit_copies", 'GPU_I_ID!=""')
-    partitioned = f"max by ({_NODE}, gpu) ({instance_rows})"
-    hints = "|".join(EXPORTER_HINTS)
-    bare_pods = recorded("unit_copies", 'pod!=""', f'pod!~".*({hints}).*"', f'container!~".*({hints}).*"')
-    exported = recorded("unit_copies", 'exported_pod!=""')
-    units = recorded("units")
-    framebuffer = selector("", matchers, f'__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}"')
-    return {
-        # `or on (unit)` adds the other gauge's rows only for units without the preferred one.
-        "unit_copies": f"clamp(max by ({per_unit}) ({preferred}) or on ({unit}) max by ({per_unit}) ({other}), 0, 100)",
-        "units": f"max by ({unit}, GPU_I_PROFILE, modelName) ({copies}) unless on ({unit}) {partitioned}",
-        "node_units": f"count by ({_NODE}, GPU_I_PROFILE, modelName) ({units})",
-        "node_util_sum": f"sum by ({_NODE}) ({units})",
-        "node_util_max": f"max by ({_NODE}) ({units})",
-        "mig_parents": f"count by ({_NODE}) (max by ({unit}) ({parent_rows}) and on ({unit}) {partitioned})",
-        # Without the GPU kind, which `node_units` gives: a tenth less to serve and decode.
-        "pod_units": (f"max by ({unit}, {_WORKLOAD}) (({exported} or ({bare_pods} unless on () count({exported})))"
-                      f" unless on ({unit}) {partitioned})"),
-        "fb_unknown": f"count by ({_NODE}) (count by ({unit}) (max by (__name__, {unit}) ({framebuffer})) == 1)",
-    }
-
 
 def connect(connection: PrometheusConnection) -> PrometheusClient:
     """A `QueryFn` over HTTP(S) with the connection's auth, CA, headers and timeout; no retries,
@@ -326,12 +204,6 @@ def run_queries(query: QueryFn, queries: dict[str, str]) -> dict[str, list[Serie
 
 
 
-def topology_keys(policy: BalancerPolicy) -> tuple[str, ...]:
-    """The packing domains, tightest first: NVLink clique, network block, zone."""
-    placement = policy.placement
-    return (placement.interconnect_label, placement.network_block_label, "topology.kubernetes.io/zone")
-
-
 def read_snapshot(query: QueryFn, policy: BalancerPolicy, *,
                   now: Callable[[], datetime] | None = None, raw: bool = False) -> ClusterSnapshot:
     """Run the snapshot queries (recorded ones where Prometheus has this policy's recording
@@ -392,7 +264,7 @@ def _read_rows(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], date
     keys = topology_keys(policy)
     queries = snapshot_queries(policy.prometheus.selector_matchers,
                                lookback_seconds=policy.telemetry.vanish_lookback_seconds,
-                               use_profiling_metrics=policy.telemetry.use_profiling_metrics, topology_keys=keys)
+                               busy=policy.telemetry.busy, topology_keys=keys)
     if recorded:
         # Each record by the raw query it stands for (a replacement record has none).
         stands_for = {name: expr for name, expr in queries.items() if name not in RECORDED_INSTEAD}
@@ -427,6 +299,7 @@ def _read_rows(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], date
         node_labels=answers.pop("node_labels", ()),
         topology_keys=keys,
         newest_sample_at=datetime.fromtimestamp(newest[0].value, tz=timezone.utc) if newest else None,
+        busy=policy.telemetry.busy,
     )
     replicas = serving.replicas_from_rows(serving_rows, policy.serving, policy.placement.workload_label)
     snapshot = serving.with_serving(snapshot, replicas)
@@ -527,41 +400,6 @@ def recorded_at(query: QueryFn, fingerprint_: str) -> float | None:
     return max((float(row["value"][1]) for row in rows), default=None)
 
 
-def per_node_util(matchers: str, use_profiling_metrics: bool) -> str:
-    """Mean GPU utilisation per node, 0–100: what the descheduler's window is made of."""
-    util = selector(dcgm.GPU_UTIL, matchers)
-    if use_profiling_metrics:
-        engine = selector(dcgm.GR_ENGINE_ACTIVE, matchers)
-        util = f"((100 * {engine}) or on ({_NODE}, gpu, GPU_I_ID) {util})"
-    return f"avg by ({_NODE}) (clamp({util}, 0, 100))"
-
-
-def window_queries(matchers: str, *, window_seconds: float, step_seconds: float, quantile: float,
-                   use_profiling_metrics: bool, recorded: str | None = None) -> dict[str, str]:
-    """Per-node utilisation over the window: subqueries over the per-node mean, or, with
-    recording rules (`recorded` is their fingerprint), the recorded per-node series itself."""
-    if recorded:
-        series = f'{recording.NODE_UTIL}{{{recording.FINGERPRINT_LABEL}="{recorded}"}}[{int(window_seconds)}s]'
-    else:
-        series = f"({per_node_util(matchers, use_profiling_metrics)})[{int(window_seconds)}s:{int(step_seconds)}s]"
-    return _over_time(series, quantile)
-
-
-def _over_time(series: str, quantile: float) -> dict[str, str]:
-    """A range's mean, low quantile and sample count: what `WindowStats` is read from."""
-    return {"mean": f"avg_over_time({series})", "low": f"quantile_over_time({quantile:g}, {series})",
-            "samples": f"count_over_time({series})"}
-
-
-def throttle_window_queries(matchers: str, *, window_seconds: float, step_seconds: float, quantile: float
-                            ) -> dict[str, str]:
-    """Per node over the window: how many GPUs a power cap or heat held below their clocks (a step
-    where none was has no sample, so `samples` counts the throttled steps)."""
-    reasons = f"max by ({_NODE}, gpu, GPU_I_ID) ({selector(dcgm.CLOCK_THROTTLE_REASONS, matchers)})"
-    held = dcgm.reason_bits_set(reasons, dcgm.POWER_CAP_REASONS + dcgm.HEAT_REASONS)
-    return _over_time(f"(count by ({_NODE}) ({held}))[{int(window_seconds)}s:{int(step_seconds)}s]", quantile)
-
-
 def recorded_fingerprint(query: QueryFn, policy: BalancerPolicy) -> str | None:
     """This policy's fingerprint when Prometheus holds recording rules generated for it, else None
     (no rules, or rules generated for another selector, gauge or look-back)."""
@@ -576,8 +414,8 @@ def read_window(query: QueryFn, policy: BalancerPolicy) -> dict[str, WindowStats
     d = policy.descheduler
     queries = window_queries(policy.prometheus.selector_matchers, window_seconds=d.window_seconds,
                              step_seconds=d.step_seconds, quantile=d.low_quantile,
-                             use_profiling_metrics=policy.telemetry.use_profiling_metrics,
-                             recorded=recorded_fingerprint(query, policy))
+                             busy=policy.telemetry.busy, recorded=(fingerprint := recorded_fingerprint(query, policy))
+                             and recording.node_util_selector(fingerprint))
     return _window_stats(run_queries(query, queries), policy)
 
 

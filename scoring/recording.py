@@ -1,9 +1,9 @@
 """Prometheus recording rules for what every refresh and descheduler run asks, generated from the
 policy so that the recorded series equal the raw queries' answers. Pure, no I/O.
 
-Each per-node snapshot query (`scoring.prometheus.snapshot_queries`) is recorded under
+Each per-node snapshot query (`scoring.queries.snapshot_queries`) is recorded under
 `gpu_balancer:snapshot_<name>`; the per-unit ones are replaced by per-node records and per-unit
-rows only for units that name a pod (`scoring.prometheus.replacement_records`), so a refresh fetches a
+rows only for units that name a pod (`scoring.queries.replacement_records`), so a refresh fetches a
 few rows per node instead of one per GPU. The per-node utilisation the descheduler's window reads is under
 `gpu_balancer:node_util` (evaluated every `descheduler.stepSeconds`, so the window counts the same
 steps). The series selector, the utilisation gauge and the look-backs are baked into the rules, so
@@ -17,6 +17,8 @@ import hashlib
 from collections.abc import Sequence
 
 from scoring.policy import BalancerPolicy
+from scoring.queries import RECORDED_INSTEAD, per_node_util, replacement_records, snapshot_queries
+from scoring.series import selector
 
 PREFIX = "gpu_balancer:"
 FINGERPRINT_LABEL = "gpu_balancer_rules"
@@ -59,10 +61,13 @@ def _recordable(expr: str) -> str:
     return f'label_replace({expr}, "{METRIC_LABEL}", "$1", "__name__", "(.+)")' if keeps_metric_name(expr) else expr
 
 
+def node_util_selector(fingerprint_: str) -> str:
+    """The recorded per-node utilisation of the rules with this fingerprint: the descheduler's window."""
+    return f'{NODE_UTIL}{{{FINGERPRINT_LABEL}="{fingerprint_}"}}'
+
+
 def record_selector(name: str, fingerprint_: str, *matchers: str) -> str:
     """One snapshot record's series of the rules with this fingerprint."""
-    from scoring.series import selector
-
     return selector(snapshot_record(name), "", f'{FINGERPRINT_LABEL}="{fingerprint_}"', *matchers)
 
 
@@ -70,15 +75,13 @@ def _queries(policy: BalancerPolicy, topology_keys: Sequence[str], fingerprint_:
              ) -> tuple[dict[str, str], str]:
     """What the snapshot and look-back groups record, in evaluation order (the replacement records
     first: later ones read earlier ones), and the window's per-node utilisation."""
-    from scoring.prometheus import RECORDED_INSTEAD, per_node_util, snapshot_queries, replacement_records
-
     telemetry, matchers = policy.telemetry, policy.prometheus.selector_matchers
     snapshot = snapshot_queries(matchers, lookback_seconds=telemetry.vanish_lookback_seconds,
-                                use_profiling_metrics=telemetry.use_profiling_metrics, topology_keys=topology_keys)
-    replacements = replacement_records(matchers, use_profiling_metrics=telemetry.use_profiling_metrics,
+                                busy=telemetry.busy, topology_keys=topology_keys)
+    replacements = replacement_records(matchers, busy=telemetry.busy,
                                        recorded=lambda name, *extra: record_selector(name, fingerprint_, *extra))
     per_node = {name: expr for name, expr in snapshot.items() if name not in RECORDED_INSTEAD}
-    return replacements | per_node, per_node_util(matchers, telemetry.use_profiling_metrics)
+    return replacements | per_node, per_node_util(matchers, telemetry.busy)
 
 
 def fingerprint(policy: BalancerPolicy, topology_keys: Sequence[str]) -> str:

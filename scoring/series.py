@@ -33,12 +33,12 @@ Readings = Mapping[str, Sequence[Series]]
 
 Aggregates = Mapping[str, Sequence[Series]]
 """Rows by name. Per unit (GPU or MIG instance; labels: node, gpu, GPU_I_ID, GPU_I_PROFILE, modelName
-and the pod labels): gpu_util (GPU_UTIL, 0–100) and gpu_engine_active (GR_ENGINE_ACTIVE, 0–1; wins
-where a unit has both). Per node: sums (FB_USED, FB_FREE in MiB and POWER_USAGE in W, by `__name__`),
+and the pod labels): gpu_util (GPU_UTIL, 0–100), gpu_engine_active (GR_ENGINE_ACTIVE, 0–1) and
+gpu_busy (another profiling ratio), the policy's `BusyMeasure` saying which wins where a unit has several. Per node: sums (FB_USED, FB_FREE in MiB and POWER_USAGE in W, by `__name__`),
 fb_counts (how many series of each framebuffer gauge, by `__name__`), temperature_max; xids (last
 XID by node, gpu and GPU_I_ID, non-zero). From the recording rules, node_units (with node_util_sum,
 node_util_max, mig_parents, pod_units) stands in for the per-unit rows and fb_unknown for
-fb_counts (`scoring.prometheus.replacement_records`)."""
+fb_counts (`scoring.queries.replacement_records`)."""
 
 SUMMED = {dcgm.FB_USED: "fb_used", dcgm.FB_FREE: "fb_free", dcgm.POWER_USAGE: "power"}
 """Per-node sums, read from the `sums` rows by metric name."""
@@ -47,7 +47,7 @@ UnitKey = tuple[str, str, str]
 """(node, gpu, MIG instance id or "") — one schedulable unit, or a MIG-enabled GPU's parent row."""
 
 _NO_NODE_LABEL = "no series carries a node label (tried " + ", ".join(dcgm.NODE_LABEL_CANDIDATES) + ")"
-_PER_UNIT = ("gpu_util", "gpu_engine_active")
+_PER_UNIT = ("gpu_busy", "gpu_util", "gpu_engine_active")
 RECORDED_UNITS = "node_units"
 """Present instead of `_PER_UNIT` where the rows come from the recording rules."""
 EXPORTER_HINTS = ("dcgm-exporter", "nvml-exporter")
@@ -161,6 +161,7 @@ def build_snapshot(
     node_labels: Sequence[Series] = (),
     topology_keys: Sequence[str] = (),
     newest_sample_at: datetime | None = None,
+    busy: dcgm.BusyMeasure = dcgm.BusyMeasure(),
 ) -> ClusterSnapshot:
     """Assemble rows into `NodeTelemetry`.
 
@@ -181,7 +182,8 @@ def build_snapshot(
 
     ksm_pods = None if gpu_pods is None else {
         (row.labels.get("namespace", ""), row.labels.get("pod", "")) for row in gpu_pods}
-    units = (_units_from_records if recorded else _units_from_rows)(aggregates, node_of, ksm_pods)
+    units = _units_from_records(aggregates, node_of, ksm_pods) if recorded else _units_from_rows(
+        aggregates, node_of, ksm_pods, busy)
     kinds, util, reporting, pod_figures = units.kinds, units.util, units.reporting, units.pods
 
     sums = _by_node_and_name(aggregates.get("sums", ()), node_of)
@@ -276,11 +278,12 @@ def _chosen(rows: Iterable[Series], node_of, scale: float = 1.0) -> dict[UnitKey
     return {key: (min(100.0, max(0.0, row.value * scale)), row.labels) for key, row in chosen.items()}
 
 
-def _units_from_rows(aggregates: Aggregates, node_of, ksm_pods) -> _Units:
+def _units_from_rows(aggregates: Aggregates, node_of, ksm_pods, busy: dcgm.BusyMeasure) -> _Units:
     """From one row per unit (the raw queries)."""
-    # The engine ratio wins where a unit has both (a key keeps its first place, takes the last value).
-    per_key = _chosen(aggregates.get("gpu_util", ()), node_of) | _chosen(aggregates.get("gpu_engine_active", ()),
-                                                                        node_of, 100.0)
+    # The preferred gauge wins where a unit has several (a key keeps its first place, takes the last value).
+    per_key: dict[UnitKey, tuple[float, Mapping[str, str]]] = {}
+    for name, _, factor in reversed(busy.readings):
+        per_key |= _chosen(aggregates.get(name, ()), node_of, factor)
     schedulable = schedulable_units(per_key)
     found = _Units()
     for node, *_ in per_key:
@@ -375,13 +378,14 @@ def _natural(text: str) -> tuple[int, int | str]:
 
 # --- per-GPU series (exposition text) -------------------------------------------------------------
 
-def gpu_samples(readings: Readings, *, node_label: str = "auto", use_profiling_metrics: bool = True) -> list[GpuSample]:
+def gpu_samples(readings: Readings, *, node_label: str = "auto", busy: dcgm.BusyMeasure = dcgm.BusyMeasure()
+                ) -> list[GpuSample]:
     """One `GpuSample` per GPU (or MIG instance) in per-GPU series, pods resolved by `classify_workloads`
     over the units that report utilisation, as the Prometheus path sees them."""
-    return _samples(readings, node_label, use_profiling_metrics)[0]
+    return _samples(readings, node_label, busy)[0]
 
 
-def _samples(readings: Readings, node_label: str, use_profiling_metrics: bool
+def _samples(readings: Readings, node_label: str, busy: dcgm.BusyMeasure
              ) -> tuple[list[GpuSample], tuple[str, ...]]:
     """`gpu_samples` and the workload warnings of `classify_workloads`."""
     label = detect_node_label((s for rows in readings.values() for s in rows), node_label)
@@ -411,7 +415,7 @@ def _samples(readings: Readings, node_label: str, use_profiling_metrics: bool
             gpu=key[1],
             uuid=labels.get("UUID", ""),
             model=labels.get("modelName", ""),
-            util_percent=_utilisation(values, key, use_profiling_metrics),
+            util_percent=_utilisation(values, key, busy),
             fb_used_mib=values[dcgm.FB_USED].get(key),
             fb_free_mib=values[dcgm.FB_FREE].get(key),
             temperature_c=values[dcgm.GPU_TEMP].get(key),
@@ -462,11 +466,11 @@ def aggregate_samples(samples: Iterable[GpuSample]) -> dict[str, list[Series]]:
 
 
 def snapshot_from_readings(readings: Readings, *, taken_at: datetime, node_label: str = "auto",
-                           use_profiling_metrics: bool = True, newest_sample_at: datetime | None = None
+                           busy: dcgm.BusyMeasure = dcgm.BusyMeasure(), newest_sample_at: datetime | None = None
                            ) -> ClusterSnapshot:
     """A snapshot straight from per-GPU series, e.g. one exporter's text, without Prometheus."""
     label = detect_node_label((s for rows in readings.values() for s in rows), node_label)
-    samples, unsure = _samples(readings, label, use_profiling_metrics)
+    samples, unsure = _samples(readings, label, busy)
     snapshot = build_snapshot(aggregate_samples(samples), taken_at=taken_at, node_label="node",
                               newest_sample_at=newest_sample_at)
     warnings = (_NO_NODE_LABEL,) if not label and any(readings.values()) else unsure
@@ -474,14 +478,13 @@ def snapshot_from_readings(readings: Readings, *, taken_at: datetime, node_label
 
 
 def _utilisation(values: Mapping[str, Mapping[UnitKey, float]], key: UnitKey,
-                 use_profiling_metrics: bool) -> float | None:
-    """The preferred utilisation gauge, else the other: a unit that reports only one (H100 MIG
-    instances report only GR_ENGINE_ACTIVE) is still measured."""
-    engine, util = values[dcgm.GR_ENGINE_ACTIVE].get(key), values[dcgm.GPU_UTIL].get(key)
-    engine_percent = None if engine is None else engine * 100.0
-    first, second = (engine_percent, util) if use_profiling_metrics else (util, engine_percent)
-    value = first if first is not None else second
-    return None if value is None else min(100.0, max(0.0, value))
+                 busy: dcgm.BusyMeasure) -> float | None:
+    """The preferred busy gauge, else the next the unit reports: a unit that reports only one
+    (H100 MIG instances report only GR_ENGINE_ACTIVE) is still measured."""
+    for _, metric, factor in busy.readings:
+        if (value := values[metric].get(key)) is not None:
+            return min(100.0, max(0.0, value * factor))
+    return None
 
 
 def _as_xid(value: float | None) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from statistics import fmean
 from collections import Counter, deque
 from datetime import datetime, timedelta, timezone
 
@@ -16,7 +17,7 @@ from scoring.claims import ClaimBook, book_from_objects, class_of, pod_claims
 from scoring.feasibility import constraints_of, why_infeasible
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
-from scoring.prometheus import topology_keys
+from scoring.queries import topology_keys
 from scoring import dcgm
 from scoring.serving import (ServingReplica, SustainedServing, latency_label, pressure_of, target_for,
                              with_peers, with_serving, workload_of_pod)
@@ -66,10 +67,11 @@ def sim_time(world: World) -> datetime:
     return EPOCH + timedelta(seconds=world.now_seconds)
 
 
-def observed_samples(world: World, lag: int = 0) -> list[GpuSample]:
-    """Per-GPU readings as an exporter reported them `lag` ticks ago (pods mapped to their GPUs)."""
+def observed_samples(world: World, lag: int = 0, busy: dcgm.BusyMeasure = dcgm.BusyMeasure()) -> list[GpuSample]:
+    """Per-GPU readings as an exporter reported them `lag` ticks ago (pods mapped to their GPUs),
+    each GPU's busy share read from the gauge `busy` names."""
     if world.scenario.llm:
-        return _served_samples(world, lag)
+        return _served_samples(world, lag, busy)
     observed = world.gpu_util[-1 - lag]
     samples = []
     for name in observed:
@@ -84,9 +86,23 @@ def observed_samples(world: World, lag: int = 0) -> list[GpuSample]:
     return samples
 
 
-def _served_samples(world: World, lag: int) -> list[GpuSample]:
-    """The serving world's exporter readings: GPU_UTIL from the engine's kernel share, FB_USED
-    from the server's preallocation, power from its activity; a missed scrape has no sample."""
+_PROFILED = {dcgm.GR_ENGINE_ACTIVE: "sm_active", dcgm.SM_ACTIVE: "sm_active", dcgm.SM_OCCUPANCY: "sm_occupancy",
+             dcgm.PIPE_TENSOR_ACTIVE: "pipe_tensor_active", dcgm.DRAM_ACTIVE: "dram_active"}
+"""Which of a `GpuReport`'s profiling fields each busy gauge reads."""
+
+
+def _busy_share(util: float, report: GpuReport, busy: dcgm.BusyMeasure) -> float:
+    """A GPU's busy share as `busy` reads it: the exporter's GPU_UTIL reading (GR_ENGINE_ACTIVE is
+    the same kernel share) unless another profiling gauge, or another full scale, is asked for."""
+    if busy.gauge is None or (busy.gauge == dcgm.GR_ENGINE_ACTIVE and busy.full_scale == 1):
+        return util
+    return min(100.0, 100.0 * getattr(report, _PROFILED[busy.gauge]) / busy.full_scale)
+
+
+def _served_samples(world: World, lag: int, busy: dcgm.BusyMeasure) -> list[GpuSample]:
+    """The serving world's exporter readings: GPU_UTIL from the engine's kernel share (or the
+    profiling gauge `busy` names), FB_USED from the server's preallocation, power from its
+    activity; a missed scrape has no sample."""
     observed, readings = world.gpu_util[-1 - lag], world.gpu_readings[-1 - lag]
     samples = []
     for name, gpus in observed.items():
@@ -98,8 +114,8 @@ def _served_samples(world: World, lag: int) -> list[GpuSample]:
             util, key = reported
             report = readings[name][index]
             samples.append(GpuSample(node=name, gpu=str(index), uuid=f"GPU-{name}-{index}", model=model,
-                                     pci_bus_id=f"00000000:{0x18 + index:02X}:00.0", util_percent=util,
-                                     fb_used_mib=report.fb_used_mib, fb_free_mib=memory_mib - report.fb_used_mib,
+                                     pci_bus_id=f"00000000:{0x18 + index:02X}:00.0",
+                                     util_percent=_busy_share(util, report, busy), fb_used_mib=report.fb_used_mib, fb_free_mib=memory_mib - report.fb_used_mib,
                                      temperature_c=report.temperature_c, power_w=report.power_w,
                                      clock_reasons=report.clock_reasons,
                                      pod=PodRef(*key.split("/", 1)) if key else None))
@@ -369,7 +385,7 @@ class GpuBalancer(Stock):
         lag = telemetry_lag(world)
         if len(world.gpu_util) <= lag:
             return None
-        samples = observed_samples(world, lag)
+        samples = observed_samples(world, lag, self.policy.telemetry.busy)
         now = sim_time(world)
         taken = now - timedelta(seconds=lag * world.scenario.tick_seconds)
         keys = topology_keys(self.policy)
@@ -473,7 +489,7 @@ class GpuBalancer(Stock):
         d = self.policy.descheduler
         steps = max(1, int(d.window_seconds / world.scenario.tick_seconds))
         lag = telemetry_lag(world)
-        history = world.history[max(0, len(world.history) - lag - steps): len(world.history) - lag]
+        history = self._busy_history(world, max(0, len(world.history) - lag - steps), len(world.history) - lag)
         window = {name: _window_stats([h[name] for h in history if name in h], steps, d.low_quantile)
                   for name in world.nodes}
         cluster = cluster_from_objects(cluster_objects(world), self.policy.placement)
@@ -498,6 +514,18 @@ class GpuBalancer(Stock):
                 world.evictions += 1
                 records.append(EvictionRecord(eviction.workload, eviction.namespace, eviction.pod, eviction.node, now))
         self.evictions = self.evictions.with_evictions(records, now, d)
+
+
+    def _busy_history(self, world: World, start: int, end: int) -> list[dict[str, float]]:
+        """Ticks `start` to `end`: each node's mean busy share, as the window's query reads it
+        under the policy's busy gauge (the world's own history where that is GPU_UTIL's reading)."""
+        busy = self.policy.telemetry.busy
+        if not world.scenario.llm or busy.gauge is None or busy == dcgm.BusyMeasure():
+            return world.history[start:end]
+        return [{name: fmean(shares) if (shares := [_busy_share(seen[0], readings[name][i], busy)
+                                                   for i, seen in gpus.items() if seen is not None]) else 0.0
+                 for name, gpus in observed.items()}
+                for observed, readings in zip(world.gpu_util[start:end], world.gpu_readings[start:end])]
 
 
 class GpuBalancerServing(GpuBalancer):
@@ -525,8 +553,11 @@ def _throttled_counts(readings: list[dict[str, dict[int, GpuReport]]], node: str
     return [float(c) for c in counts if c]
 
 
-def make_policy(name: str, seed: int):
+def make_policy(name: str, seed: int, balancer: BalancerPolicy | None = None):
+    """The named policy for a seed; gpu-balancer's two under `balancer` where given (a variant)."""
     rng = random.Random(seed * 7 + 3)
+    if balancer is not None and name in ("gpu-balancer", SERVING_POLICY):
+        return (GpuBalancer if name == "gpu-balancer" else GpuBalancerServing)(rng, balancer)
     return {"stock": Stock, "stock-gpu-scored": StockGpuScored, "lownodeutilization": LowNodeUtilization,
             "spread": Spread, LowNodeUtilizationActual.name: LowNodeUtilizationActual, LoadAware.name: LoadAware,
             "gpu-balancer": GpuBalancer, SERVING_POLICY: GpuBalancerServing, "oracle": Oracle,

@@ -15,7 +15,8 @@ import yaml
 from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
 from scoring import recording
 from scoring.policy import BalancerPolicy, default_policy
-from scoring.prometheus import connect, read_snapshot, topology_keys
+from scoring.prometheus import connect, read_snapshot
+from scoring.queries import topology_keys
 from scoring.telemetry import ClusterSnapshot
 from sim.dcgm_text import render_exposition
 from sim.fake_dcgm import make_server, serve_in_background
@@ -79,13 +80,14 @@ def rules_evaluated_every_second(policy: BalancerPolicy, directory: Path) -> Pat
 
 @pytest.fixture
 def prometheus(tmp_path) -> Iterator[Callable[..., LocalPrometheus]]:
-    """Start a real Prometheus scraping the given targets every second (with the default policy's
-    recording rules when `recorded`); stopped after the test."""
+    """Start a real Prometheus scraping the given targets every second (with the recording rules
+    of `policy`, else the default policy, when `recorded`); stopped after the test."""
     _require_prometheus()
     started: list[LocalPrometheus] = []
 
-    def start(*targets: ScrapeTarget | str, honor_labels: bool = False, recorded: bool = False) -> LocalPrometheus:
-        rules = (rules_evaluated_every_second(default_policy(), tmp_path),) if recorded else ()
+    def start(*targets: ScrapeTarget | str, honor_labels: bool = False, recorded: bool = False,
+              policy: BalancerPolicy | None = None) -> LocalPrometheus:
+        rules = (rules_evaluated_every_second(policy or default_policy(), tmp_path),) if recorded else ()
         instance = LocalPrometheus([t if isinstance(t, ScrapeTarget) else ScrapeTarget(t) for t in targets],
                                    honor_labels=honor_labels, rule_files=rules)
         started.append(instance.start())

@@ -17,7 +17,8 @@ from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
 from scoring import dcgm, recording
 from scoring.policy import default_policy, parse_policy
 from scoring.series import SUMMED
-from scoring.prometheus import connect, read_snapshot, read_window, recorded_fingerprint, topology_keys
+from scoring.prometheus import connect, read_snapshot, read_window, recorded_fingerprint
+from scoring.queries import topology_keys
 from sim.fleet import FleetSpec
 from tests.conftest import _require_prometheus, rules_evaluated_every_second
 
@@ -65,6 +66,8 @@ def test_the_fingerprint_follows_what_the_rules_bake_in():
     profiling = replace(policy, telemetry=replace(policy.telemetry,
                                                   use_profiling_metrics=not policy.telemetry.use_profiling_metrics))
     assert recording.fingerprint(policy, keys) != recording.fingerprint(profiling, keys)
+    tensor = replace(policy, telemetry=replace(policy.telemetry, busy_gauge=dcgm.PIPE_TENSOR_ACTIVE))
+    assert recording.fingerprint(policy, keys) != recording.fingerprint(tensor, keys)
 
 
 def test_the_snapshot_group_evaluates_at_the_policys_interval_and_the_fingerprint_ignores_it():

@@ -6,6 +6,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scoring import dcgm
+from scoring.dcgm import BusyMeasure
 from scoring.series import (Series, aggregate_samples, build_snapshot, detect_node_label, gpu_samples,
                             series_from_families, snapshot_from_readings)
 from scoring.telemetry import GpuKind, GpuSample, PodRef, PodUsage
@@ -55,7 +56,7 @@ def test_newer_exporter_text_uses_lowercase_hostname_mig_instances_and_profiling
 
 
 def test_gpu_util_is_used_when_profiling_metrics_are_switched_off():
-    gpus = gpu_samples(readings_of("dcgm-exporter-main-hostname-mig-profiling.txt"), use_profiling_metrics=False)
+    gpus = gpu_samples(readings_of("dcgm-exporter-main-hostname-mig-profiling.txt"), busy=BusyMeasure(None))
     assert gpus[0].util_percent == 100.0
 
 

@@ -42,9 +42,6 @@ def reason_bits_set(expression: str, bits: tuple[int, ...]) -> str:
     return " or ".join(f"floor({expression} / {bit}) % 2 == 1" for bit in bits)
 
 
-THROTTLE_COUNTS = (("power_capped", POWER_CAP_REASONS), ("heat_throttled", HEAT_REASONS))
-"""The per-node counts of held-down GPUs a snapshot reads: (row set, the bits it counts)."""
-
 GPU_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, FB_FREE, GPU_TEMP, POWER_USAGE, XID_ERRORS, CLOCK_THROTTLE_REASONS,
                SM_ACTIVE, SM_OCCUPANCY, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE)
 """Every per-GPU gauge a snapshot may be built from (the profiling ratios as `BusyMeasure` picks)."""

@@ -2,34 +2,24 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from scoring.signals import registry as node_signals
+from scoring.signals import health, throttling
 from scoring.policy import HeatPolicy
 from scoring.telemetry import ClusterSnapshot, NodeTelemetry
+from scoring.tiers import Tier, Verdict
+
+__all__ = ["FleetHeat", "NodeHeat", "Tier", "fleet_heat", "node_heat"]
 
 if TYPE_CHECKING:
     from scoring.serving import ServingReplica
 
 
-class Tier(enum.IntEnum):
-    """Ordered so that `max()` over verdicts gives the worst one."""
-
-    COOL = 0
-    WARM = 1
-    HOT = 2
-    UNHEALTHY = 3
-
-    def __str__(self) -> str:
-        return self.name.lower()
-
-
 SLOW_SERVING = "slow-serving"
 """The reason prefix of a verdict that rests on the model servers' own figures."""
-THROTTLED = "throttled"
-"""The reason prefix of a verdict that rests on the GPUs' clock-event reasons."""
 
 SIGNALS = ("utilisation", "memory", "temperature")
 """The gauges the tier is judged on. XIDs are not listed: Prometheus returns only non-zero ones,
@@ -63,8 +53,7 @@ class NodeHeat:
     @property
     def throttled(self) -> str | None:
         """What holds its GPUs' clocks down ("power cap", "heat"), when something does."""
-        return next((reason.split(":", 1)[1].split("(", 1)[0].strip() for reason in self.reasons
-                     if reason.startswith(THROTTLED)), None)
+        return throttling.held_by(self.reasons)
 
     @property
     def slow_serving(self) -> bool:
@@ -134,13 +123,15 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
     mean_util = node.util_mean if work is None else work.mean
     busy_what = "mean GPU util" if work is None else "serving load"
     busy_why = "" if work is None else f" ({work.replicas[0].describe_load()})"
-    signals = tuple(signal for signal, known in (
+    known = tuple(signal for signal, reported in (
         ("utilisation", node.util_count > 0 and node.util_count >= node.gpus),
         ("memory", memory_fraction is not None),
-        ("temperature", node.temperature_max_c is not None)) if known)
+        ("temperature", node.temperature_max_c is not None)) if reported)
 
-    failed = tuple((gpu, xid) for gpu, xid in node.xids if xid in policy.critical_xids)
-    verdicts = [(Tier.UNHEALTHY, f"GPU {gpu} reported critical XID {xid}") for gpu, xid in failed]
+    # Reasons read worst first, and within a tier a failed GPU's first, then the load's, then the
+    # other signals' (`scoring.signals`), then the model servers'.
+    signalled = node_signals.verdicts(node, policy)
+    verdicts: list[Verdict] = [v for v in signalled if v[0] is Tier.UNHEALTHY]
     if node.gpus == 0:
         verdicts.append((Tier.UNHEALTHY, "no GPU series reported"))
     elif node.gpus_vanished:
@@ -158,13 +149,10 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
             verdicts.append((Tier.HOT, f"GPU memory {memory_fraction:.0%} used ≥ {policy.hot_memory_fraction:.0%}"))
         elif memory_fraction >= policy.warm_memory_fraction:
             verdicts.append((Tier.WARM, f"GPU memory {memory_fraction:.0%} used ≥ {policy.warm_memory_fraction:.0%}"))
-    temperature = node.temperature_max_c
-    if temperature is not None and temperature >= policy.hot_temperature_c:
-        verdicts.append((Tier.HOT, f"GPU temperature {temperature:.0f}°C ≥ {policy.hot_temperature_c:g}°C"))
-    verdicts += throttling_verdicts(node)
+    verdicts += [v for v in signalled if v[0] is not Tier.UNHEALTHY]
     pressure = None
     if node.serving:
-        signals += ("serving",)
+        known += ("serving",)
         # Only a replica its node slows counts: one slow everywhere says nothing about this node.
         worst = next((r for r in node.serving if r.node_bound), None)  # replicas come worst first
         pressure = worst.pressure if worst else 0.0
@@ -180,25 +168,14 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         gpu_util=mean_util,
         max_gpu_util=node.util_max if work is None else work.peak,
         memory_used_fraction=memory_fraction,
-        max_temperature_c=temperature,
+        max_temperature_c=node.temperature_max_c,
         power_w=node.power_w,
         tier=max((tier for tier, _ in verdicts), default=Tier.COOL),
         reasons=tuple(reason for _, reason in sorted(verdicts, key=lambda v: -v[0])),
-        signals=signals,
-        failed_gpus=failed,
+        signals=known,
+        failed_gpus=health.failed_gpus(node, policy),
         serving_pressure=pressure,
     )
-
-
-def throttling_verdicts(node: NodeTelemetry) -> list[tuple[Tier, str]]:
-    """A node whose GPUs' clocks a power cap or heat holds down runs every kernel slower: warm
-    while a few of them are, hot once half or more are (its work is then slowed as a whole)."""
-    verdicts = []
-    for what, count in (("power cap", node.gpus_power_capped), ("heat", node.gpus_heat_throttled)):
-        if count:
-            tier = Tier.HOT if 2 * count >= max(1, node.gpus) else Tier.WARM
-            verdicts.append((tier, f"{THROTTLED}: {what} ({count} of {node.gpus} GPUs held below their clocks)"))
-    return verdicts
 
 
 def _allocated(node: NodeTelemetry) -> int:

@@ -14,6 +14,7 @@ import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from scoring.signals import registry as signals
 from scoring.heat import FleetHeat, NodeHeat, Tier
 from scoring.policy import PlacementPolicy
 
@@ -98,7 +99,7 @@ def index_fleet(fleet: FleetHeat, topology: Mapping[str, tuple[tuple[str, str], 
                 ) -> PlacementIndex:
     ranked = [(base, node.gpus_free, node.name) for node in fleet.nodes if (base := base_headroom(node)) > 0]
     ranked.sort(key=lambda entry: (-entry[0], -entry[1], entry[2]))
-    avoided = tuple(NodeAvoidance(n.name, str(n.tier) + (f", throttled: {why}" if (why := n.throttled) else ""))
+    avoided = tuple(NodeAvoidance(n.name, str(n.tier) + (f", {why}" if (why := signals.explain(n.reasons)) else ""))
                     for n in fleet.nodes if n.tier >= Tier.HOT)
     return PlacementIndex(tuple(ranked), avoided, sum(free for _, free, _ in ranked), fleet.stale, dict(topology or {}))
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from scoring import dcgm
+from scoring.signals import registry as signals
 from scoring.policy import BalancerPolicy
-from scoring.series import EXPORTER_HINTS, ksm_label_name, selector
+from scoring.rows import selector
+from scoring.series import EXPORTER_HINTS, ksm_label_name
 
 _NODE = ", ".join(dcgm.NODE_LABEL_CANDIDATES)
 _WORKLOAD = ("exported_pod, exported_namespace, exported_container, pod, namespace, container, job, service, "
@@ -45,7 +47,6 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, busy: dcgm.BusyM
     phase = selector("kube_pod_status_phase", matchers, 'phase=~"Pending|Running"')
     allocatable = selector("kube_node_status_allocatable", matchers, gpu_resource)
     gpu_requests = selector("kube_pod_container_resource_requests", matchers, 'resource=~"nvidia_com_.+"')
-    reasons = f"max by ({unit}) ({selector(dcgm.CLOCK_THROTTLE_REASONS, matchers)})"
     gauges = {name: selector(metric, matchers) for name, metric, _ in busy.readings}
     recently = [f"count by ({unit}) (last_over_time({selector(metric, matchers)}[{int(lookback_seconds)}s]))"
                 for metric in (dcgm.GR_ENGINE_ACTIVE, dcgm.GPU_UTIL)]
@@ -60,11 +61,7 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, busy: dcgm.BusyM
         # series once per pod (and a target scraped twice writes each twice).
         "sums": f"sum by (__name__, {_NODE}) ({per_gpu} ({selector('', matchers, summed)}))",
         "fb_counts": f"count by (__name__, {_NODE}) ({per_gpu} ({selector('', matchers, framebuffer)}))",
-        "temperature_max": f"max by ({_NODE}) ({selector(dcgm.GPU_TEMP, matchers)})",
-        # One value per GPU first, as for the sums: a GPU shared by DRA pods is written once per pod.
-        **{name: f"count by ({_NODE}) ({dcgm.reason_bits_set(reasons, bits)})" for name, bits in dcgm.THROTTLE_COUNTS},
-        # Filter before grouping: only GPUs with an XID are hashed into groups.
-        "xids": f"max by ({unit}) ({selector(dcgm.XID_ERRORS, matchers)} > 0)",
+        **signals.queries(matchers),  # temperature, throttling, XIDs: a few rows per node
         # Functions drop the metric name, so each gauge is reduced on its own before the union.
         "seen_recently": f"count by ({_NODE}) ({' or '.join(recently)})",
         # Every GPU node has a GPU 0: its samples date the fleet at an eighth of the cost of all GPUs.

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from scoring.policy import BalancerPolicy
 from scoring.queries import RECORDED_INSTEAD, per_node_util, replacement_records, snapshot_queries
-from scoring.series import selector
+from scoring.rows import selector
 
 PREFIX = "gpu_balancer:"
 FINGERPRINT_LABEL = "gpu_balancer_rules"

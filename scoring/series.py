@@ -14,18 +14,12 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import NamedTuple
 
 from scoring import dcgm
-from scoring.telemetry import ClusterSnapshot, GpuKind, GpuSample, NodeTelemetry, PodRef, PodUsage
-
-
-class Series(NamedTuple):
-    """One series of an instant vector: its labels and its value. (A named tuple: a refresh at
-    5,000 nodes makes 57,000 of them, and one costs two thirds of a frozen dataclass to build.)"""
-
-    labels: Mapping[str, str]
-    value: float
+from scoring.signals import registry as signals
+from scoring.rows import Series
+from scoring.telemetry import (ClusterSnapshot, GpuKind, GpuSample, NodeTelemetry, PodRef, PodUsage,
+                               natural_key as _natural, unit_id)
 
 
 Readings = Mapping[str, Sequence[Series]]
@@ -194,15 +188,7 @@ def build_snapshot(
     else:
         memory_known = {node for node, counts in _by_node_and_name(aggregates.get("fb_counts", ()), node_of).items()
                         if counts.get("fb_used", 0) > 0 and counts.get("fb_used") == counts.get("fb_free")}
-    temperature: dict[str, float] = {}
-    for row in aggregates.get("temperature_max", ()):
-        if node := node_of(row):
-            temperature[node] = max(temperature.get(node, row.value), row.value)
-    throttled = {name: _totals(aggregates.get(name, ()), node_of) for name, _ in dcgm.THROTTLE_COUNTS}
-    xids: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    for row in aggregates.get("xids", ()):
-        if (node := node_of(row)) and row.value > 0:
-            xids[node].append((unit_id(row.labels.get("gpu", "?"), row.labels.get("GPU_I_ID", "")), int(row.value)))
+    signalled = signals.read(aggregates, node_of)
 
     seen = _sum_by(gpus_seen_recently, label)
     allocatable = _sum_by(allocatable_gpus, "node")
@@ -224,18 +210,15 @@ def build_snapshot(
             util_max=util_max,
             fb_used_mib=used if known else None,
             fb_total_mib=used + free if known else None,
-            temperature_max_c=temperature.get(name),
-            gpus_power_capped=int(throttled["power_capped"].get(name, 0)),
-            gpus_heat_throttled=int(throttled["heat_throttled"].get(name, 0)),
             power_w=figures.get("power"),
             gpu_kinds=tuple(GpuKind(model, profile, count) for (model, profile), count in sorted(kinds[name].items())),
-            xids=tuple(sorted(xids[name], key=lambda x: _natural(x[0]))) if name in xids else (),
             pods=tuple(PodUsage(namespace, pod, int(count), total / count, tuple(sorted(ids, key=_natural)))
                        for (namespace, pod), (count, total, ids) in sorted(pods.items())) if pods else (),
             gpus_vanished=max(0, seen.get(name, 0) - reporting[name]),
             allocatable_gpus=allocatable.get(name),
             allocated_gpus=allocated.get(name),
             topology=topology.get(name, ()),
+            **signalled.get(name, {}),
         ))
     vanished = tuple(sorted(name for name, count in seen.items() if count > 0 and name not in kinds))
     return ClusterSnapshot(taken_at=taken_at, nodes=tuple(nodes), node_label=label, vanished_nodes=vanished,
@@ -323,11 +306,6 @@ def _units_from_records(aggregates: Aggregates, node_of, ksm_pods) -> _Units:
     return found
 
 
-def unit_id(gpu: str, instance: str) -> str:
-    """How a unit is named on a node: its GPU index, with the MIG instance after a slash."""
-    return f"{gpu}/{instance}" if instance else gpu
-
-
 def _by_node_and_name(rows: Sequence[Series], node_of) -> dict[str, dict[str, float]]:
     """Per node, the rows' values summed by `SUMMED` name (rows of one node under several label sets add up)."""
     totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -335,12 +313,6 @@ def _by_node_and_name(rows: Sequence[Series], node_of) -> dict[str, dict[str, fl
         if (node := node_of(row)) and (name := SUMMED.get(row.labels.get("__name__", ""))):
             totals[node][name] += row.value
     return totals
-
-
-def selector(metric: str, matchers: str, *extra: str) -> str:
-    """`metric{extra..., matchers}` — the policy's series selector joined into every query."""
-    parts = [*extra, matchers] if matchers else list(extra)
-    return f"{metric}{{{', '.join(parts)}}}"
 
 
 def ksm_label_name(key: str) -> str:
@@ -370,10 +342,6 @@ def _totals(rows: Sequence[Series], key: Callable[[Series], str]) -> dict[str, i
 
 def _sum_by(rows: Sequence[Series], label: str) -> dict[str, int]:
     return _totals(rows, lambda row: row.labels.get(label, ""))
-
-
-def _natural(text: str) -> tuple[int, int | str]:
-    return (0, int(text)) if text.isdigit() else (1, text)
 
 
 # --- per-GPU series (exposition text) -------------------------------------------------------------
@@ -433,8 +401,6 @@ def aggregate_samples(samples: Iterable[GpuSample]) -> dict[str, list[Series]]:
     """The rows Prometheus would return for these GPUs (node label: `node`)."""
     sums: dict[tuple[str, str], float] = defaultdict(float)
     counts: dict[tuple[str, str], float] = defaultdict(float)
-    temperature: dict[str, float] = {}
-    throttled: dict[tuple[str, str], int] = defaultdict(int)
     rows: dict[str, list[Series]] = defaultdict(list)
     for s in samples:
         unit = {"node": s.node, "gpu": s.gpu, "GPU_I_ID": s.mig_instance}
@@ -450,19 +416,9 @@ def aggregate_samples(samples: Iterable[GpuSample]) -> dict[str, list[Series]]:
                 sums[s.node, metric] += value
                 if metric != dcgm.POWER_USAGE:
                     counts[s.node, metric] += 1
-        if s.temperature_c is not None:
-            temperature[s.node] = max(temperature.get(s.node, s.temperature_c), s.temperature_c)
-        if s.last_xid:
-            rows["xids"].append(Series(unit, s.last_xid))
-        for name, bits in dcgm.THROTTLE_COUNTS:
-            if s.clock_reasons and dcgm.has_reason(s.clock_reasons, bits):
-                throttled[name, s.node] += 1
     for name, by_key in (("sums", sums), ("fb_counts", counts)):
         rows[name] = [Series({"node": node, "__name__": metric}, value) for (node, metric), value in by_key.items()]
-    rows["temperature_max"] = [Series({"node": node}, value) for node, value in temperature.items()]
-    for (name, node), count in throttled.items():
-        rows[name].append(Series({"node": node}, float(count)))
-    return dict(rows)
+    return dict(rows) | signals.aggregate(samples)
 
 
 def snapshot_from_readings(readings: Readings, *, taken_at: datetime, node_label: str = "auto",

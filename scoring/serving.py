@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from scoring.policy import ServingPolicy, ServingServer, ServingTarget
-from scoring.series import Series, ksm_label_name, selector
+from scoring.rows import Series, selector
+from scoring.series import ksm_label_name
 from scoring.telemetry import ClusterSnapshot
 
 NODE_LABELS = ("node", "kubernetes_node", "nodename")

@@ -11,6 +11,16 @@ if TYPE_CHECKING:
     from scoring.serving import ServingReplica
 
 
+def unit_id(gpu: str, instance: str) -> str:
+    """How a unit is named on a node: its GPU index, with the MIG instance after a slash."""
+    return f"{gpu}/{instance}" if instance else gpu
+
+
+def natural_key(text: str) -> tuple[int, int | str]:
+    """GPU indices in numeric order ("2" before "10"), anything else after them."""
+    return (0, int(text)) if text.isdigit() else (1, text)
+
+
 @dataclass(frozen=True, slots=True)
 class PodRef:
     """The workload pod a GPU is allocated to, as the exporter's Kubernetes mapping reports it."""

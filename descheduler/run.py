@@ -113,7 +113,7 @@ def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: C
             log.error("%s: their cooldowns are not recorded", error)
             ledger_error = str(error)
     report = Report(dry_run or core is None, plan, tuple(outcomes), ledger_error=ledger_error)
-    summary = summarise(report, at=taken)
+    summary = summarise(plan, report.outcomes, dry_run=report.dry_run, at=taken)
     if core is not None:
         # Every run, dry or live, leaves its summary where `gpu-balancer status` and people look.
         save_summary(core, summary.to_json(), policy.descheduler)

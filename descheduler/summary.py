@@ -7,10 +7,17 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from descheduler.run import Report
+from descheduler.proposals import Plan
+
+
+class Outcome(Protocol):
+    """What became of one planned eviction (`descheduler.evictor.Outcome`)."""
+
+    result: str
+    done: bool
 
 MAX_NAMES = 10
 """Hot nodes named in a summary; the count is always whole."""
@@ -61,10 +68,10 @@ class RunSummary:
             raise ValueError("the stored descheduler run summary is not readable") from None
 
 
-def summarise(report: Report, *, at: datetime) -> RunSummary:
-    hot = list(report.plan.hot_nodes)
-    skipped = Counter(reason_code(skip.reason) for skip in report.plan.skipped)
-    failed = sum(1 for outcome in report.outcomes if not outcome.done)
-    return RunSummary(at, report.dry_run, len(hot), tuple(hot[:MAX_NAMES]),
-                      sum(1 for o in report.outcomes if o.result == "evicted"),
-                      sum(1 for o in report.outcomes if o.result == "dry-run"), failed, dict(skipped))
+def summarise(plan: Plan, outcomes: Sequence[Outcome], *, dry_run: bool, at: datetime) -> RunSummary:
+    hot = list(plan.hot_nodes)
+    skipped = Counter(reason_code(skip.reason) for skip in plan.skipped)
+    failed = sum(1 for outcome in outcomes if not outcome.done)
+    return RunSummary(at, dry_run, len(hot), tuple(hot[:MAX_NAMES]),
+                      sum(1 for o in outcomes if o.result == "evicted"),
+                      sum(1 for o in outcomes if o.result == "dry-run"), failed, dict(skipped))

@@ -790,6 +790,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-balancer", description="GPU-aware placement for Kubernetes.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_telemetry_commands(commands)
+    _add_cluster_commands(commands)
+    _add_simulator_commands(commands)
+    _show_defaults(parser)
+    return parser
+
+
+
+
+def _add_telemetry_commands(commands) -> None:
+    """status, recording-rules, and the fake exporters."""
     status = commands.add_parser("status", help="the fleet's GPU heat, read from Prometheus")
     status.add_argument("--prometheus-url", help="Prometheus base URL (overrides the policy's)")
     status.add_argument("--config", help="BalancerPolicy YAML file")
@@ -830,6 +841,9 @@ def build_parser() -> argparse.ArgumentParser:
     served.add_argument("--port", type=port_number, default=8000)
     served.set_defaults(handler=cmd_fake_serving)
 
+
+def _add_cluster_commands(commands) -> None:
+    """What runs in a cluster: webhook, certs, nvml-exporter, deschedule."""
     hook = commands.add_parser("webhook", help="serve the mutating admission webhook over TLS")
     hook.add_argument("--prometheus-url", help="Prometheus base URL (overrides the policy's)")
     hook.add_argument("--tls-cert", required=True)
@@ -879,6 +893,9 @@ def build_parser() -> argparse.ArgumentParser:
     desched.add_argument("--metrics-port", type=port_number, default=9402, help="with --every: the /metrics port")
     desched.set_defaults(handler=cmd_deschedule)
 
+
+def _add_simulator_commands(commands) -> None:
+    """simulate, explain, calibrate, serving-curve and demo."""
     simulate = commands.add_parser("simulate", help="compare placement policies on a simulated GPU cluster")
     simulate.add_argument("--scenario", help=f"built-in scenario: {', '.join(BUILT_IN)}")
     simulate.add_argument("--scenario-file", help="YAML scenario (see README)")
@@ -933,8 +950,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=count(0, 2**32 - 1), default=11)
     demo.add_argument("--report-dir", default="reports/demo", help="where the comparison report is written")
     demo.set_defaults(handler=cmd_demo)
-    _show_defaults(parser)
-    return parser
 
 
 def _show_defaults(parser: argparse.ArgumentParser) -> None:

@@ -43,7 +43,7 @@ from sim.dcgm_text import render_exposition
 from sim.engine import (SimPod, World, bind, build_world, cluster_objects, delete_pod, measure, service_pod,
                         step_workloads)
 from sim.fake_dcgm import make_server, serve_in_background
-from sim.policies import make_policy, observed_samples
+from sim.policies import Stock, make_policy, observed_samples
 from sim.report import as_table
 from sim.run import compare, weighted_quantile
 from sim.scenario import FleetShape, InferenceShape, Scenario, named
@@ -181,57 +181,77 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 12,
                            staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
         print("   `gpu-balancer status` shows:\n")
         print("   " + heat_as_table(fleet, colour=colour).replace("\n", "\n   "))
-
         client = stack.enter_context(_webhook(stack, policy, telemetry))
-        service = max(world.services.values(), key=lambda s: s.demand)
-        running = len(world.running(service.name))
-        growth = (running + burst) / max(1, running)
-        service.demand *= growth  # traffic that needs every new replica, so the autoscaler keeps them
-        print(f"\n2. A burst: traffic to {service.name}, the busiest service, grows {growth:.1f}x and it scales from "
-              f"{running} to {running + burst} replicas,\n   each new pod sent to the real "
-              "webhook over TLS.\n   Where the scheduler model puts each pod, unchanged (stock) and with the "
-              "webhook's patch:\n")
-        before = copy.deepcopy(world)
-        stock = make_policy("stock", seed)
-        rows, patched_count = [], 0
-        for pod in (service_pod(world, service) for _ in range(burst)):
-            key = f"{pod.obj['metadata']['namespace']}/{pod.obj['metadata']['name']}"
-            twin = before.pods.setdefault(key, SimPod(copy.deepcopy(pod.obj), pod.service, created_tick=world.tick))
-            stock_node = stock.place(before, twin)
-            if stock_node is not None:
-                bind(before, twin, stock_node)
-            answer = client.post("/mutate", json=pod_review(pod.obj)).json()
-            if "patch" in answer["response"]:
-                pod.obj = patched(pod.obj, answer)
-                patched_count += 1
-            advised_node = choose(evaluate(pod.obj, list(world.nodes.values())), stock.rng)
-            if advised_node is not None:
-                bind(world, pod, advised_node)
-            rows.append((pod.obj["metadata"]["name"], _where(fleet, stock_node), _where(fleet, advised_node)))
-        width = max(len(r[1]) for r in rows) + 2
-        print(f"   {'POD':30s} {'STOCK SCHEDULER':{width}s} WITH GPU-BALANCER'S ADVICE")
-        for name, a, b in rows:
-            print(f"   {name:30s} {a:{width}s} {b}")
-        bad = {n.name for n in fleet.nodes if n.tier in (Tier.HOT, Tier.UNHEALTHY)}
-        sent = lambda column: sum(1 for r in rows if r[column].split(" ")[0] in bad)  # noqa: E731
-        print(f"\n   {patched_count}/{burst} admissions were patched. Pods sent to hot or unhealthy nodes: "
-              f"stock {sent(1)}, with the advice {sent(2)}.")
+        before, stock = _burst(world, fleet, client, seed, burst)
+        _dry_run(world, policy, telemetry, client, stock)
+    _two_minutes_later(before, world, seed)
+    seeds = list(range(seed, seed + COMPARED_SEEDS))
+    _over_time(scenario, seeds, report_dir)
+    _serving_world(nodes, gpus, seeds)
+    print(f"demo finished in {time.monotonic() - started:.0f} s")
+    return 0
 
-        print("\n3. The descheduler's dry-run: a node counts as a source only when its heat lasted the "
-              "10-minute window.")
-        if telemetry.query is not None:
-            try:
-                report = run_once(policy, query=telemetry.query,
-                                  cluster=cluster_from_objects(cluster_objects(world), policy.placement),
-                                  now=lambda: datetime.now(timezone.utc), dry_run=True)
-                print("   " + report_as_table(report).replace("\n", "\n   "))
-                for moved in (o.eviction for o in report.outcomes if o.result == "dry-run"):
-                    print("   " + move(world, client, moved.pod, stock.rng))
-            except TelemetryError as error:
-                print(f"   {error}")
-        else:
-            print("   skipped: it needs Prometheus for its windowed queries")
 
+def _burst(world: World, fleet: FleetHeat, client: httpx.Client, seed: int, burst: int) -> tuple[World, Stock]:
+    """Step 2: the busiest service scales out; each new pod goes through the webhook, and lands
+    where the scheduler model puts it with and without the patch. Returns the world as the stock
+    scheduler alone would have it, and that scheduler."""
+    service = max(world.services.values(), key=lambda s: s.demand)
+    running = len(world.running(service.name))
+    growth = (running + burst) / max(1, running)
+    service.demand *= growth  # traffic that needs every new replica, so the autoscaler keeps them
+    print(f"\n2. A burst: traffic to {service.name}, the busiest service, grows {growth:.1f}x and it scales from "
+          f"{running} to {running + burst} replicas,\n   each new pod sent to the real "
+          "webhook over TLS.\n   Where the scheduler model puts each pod, unchanged (stock) and with the "
+          "webhook's patch:\n")
+    before = copy.deepcopy(world)
+    stock = make_policy("stock", seed)
+    rows, patched_count = [], 0
+    for pod in (service_pod(world, service) for _ in range(burst)):
+        key = f"{pod.obj['metadata']['namespace']}/{pod.obj['metadata']['name']}"
+        twin = before.pods.setdefault(key, SimPod(copy.deepcopy(pod.obj), pod.service, created_tick=world.tick))
+        stock_node = stock.place(before, twin)
+        if stock_node is not None:
+            bind(before, twin, stock_node)
+        answer = client.post("/mutate", json=pod_review(pod.obj)).json()
+        if "patch" in answer["response"]:
+            pod.obj = patched(pod.obj, answer)
+            patched_count += 1
+        advised_node = choose(evaluate(pod.obj, list(world.nodes.values())), stock.rng)
+        if advised_node is not None:
+            bind(world, pod, advised_node)
+        rows.append((pod.obj["metadata"]["name"], _where(fleet, stock_node), _where(fleet, advised_node)))
+    width = max(len(r[1]) for r in rows) + 2
+    print(f"   {'POD':30s} {'STOCK SCHEDULER':{width}s} WITH GPU-BALANCER'S ADVICE")
+    for name, a, b in rows:
+        print(f"   {name:30s} {a:{width}s} {b}")
+    bad = {n.name for n in fleet.nodes if n.tier in (Tier.HOT, Tier.UNHEALTHY)}
+    sent = lambda column: sum(1 for r in rows if r[column].split(" ")[0] in bad)  # noqa: E731
+    print(f"\n   {patched_count}/{burst} admissions were patched. Pods sent to hot or unhealthy nodes: "
+          f"stock {sent(1)}, with the advice {sent(2)}.")
+    return before, stock
+
+
+def _dry_run(world: World, policy: BalancerPolicy, telemetry: Telemetry, client: httpx.Client, stock: Stock) -> None:
+    """Step 3: the descheduler's dry-run against the same Prometheus, and where its moves land."""
+    print("\n3. The descheduler's dry-run: a node counts as a source only when its heat lasted the "
+          "10-minute window.")
+    if telemetry.query is None:
+        print("   skipped: it needs Prometheus for its windowed queries")
+        return
+    try:
+        report = run_once(policy, query=telemetry.query,
+                          cluster=cluster_from_objects(cluster_objects(world), policy.placement),
+                          now=lambda: datetime.now(timezone.utc), dry_run=True)
+        print("   " + report_as_table(report).replace("\n", "\n   "))
+        for moved in (o.eviction for o in report.outcomes if o.result == "dry-run"):
+            print("   " + move(world, client, moved.pod, stock.rng))
+    except TelemetryError as error:
+        print(f"   {error}")
+
+
+def _two_minutes_later(before: World, world: World, seed: int) -> None:
+    """Step 4: both fleets advanced two minutes, side by side."""
     print("\n4. The fleet two minutes later (traffic shared by the new replicas): the stock scheduler alone, against\n"
           "   gpu-balancer's advice plus the descheduler's move:\n")
     rows_after = {"stock scheduler alone": fleet_summary(advance(before, seed, 4)),
@@ -244,7 +264,9 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 12,
     print(f"   {'change against stock':30s} {change['cov']:>17s} {change['max']:>17s} {change['hot']:>10s} "
           f"{change['p99']:>9s}")
 
-    seeds = list(range(seed, seed + COMPARED_SEEDS))
+
+def _over_time(scenario: Scenario, seeds: list[int], report_dir: str) -> None:
+    """Step 5: the policies over hours and seeds, and the report written."""
     print(f"\n5. Over time: the five policies on this fleet for {scenario.hours:g} simulated hours, seeds "
           f"{seeds[0]}-{seeds[-1]}, the same arrivals for each policy:\n")
     by_seed = {s: compare(scenario, s) for s in seeds}
@@ -254,14 +276,16 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 12,
     written = write_report(Path(report_dir), scenario, by_seed)
     page = next(p for p in written if p.suffix == ".html")
     print(f"\nreport: open {page} in a browser (pictures inlined); also {', '.join(p.name for p in written if p != page)}")
+
+
+def _serving_world(nodes: int, gpus: int, seeds: list[int]) -> None:
+    """Step 6: the same comparison in the honest serving world."""
     serving = serving_world_scenario(nodes, gpus)
     print(f"\n6. The honest serving world: every replica a continuous-batching {serving.serving.model} server on an "
           f"H100,\n   GPU_UTIL as exporters report it, moves that cost their start-up; {serving.hours:g} simulated "
           f"hours, seeds {seeds[0]}-{seeds[-1]}\n   (README, \"The fleet on this replica\"):\n")
     served = {s: compare(serving, s) for s in seeds}
     print(as_table(serving.name, seeds, aggregate(served)))
-    print(f"demo finished in {time.monotonic() - started:.0f} s")
-    return 0
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from scoring import dcgm
+from scoring import dcgm, exporter_text
 from scoring.telemetry import GpuSample
 
 
@@ -23,12 +23,13 @@ class DcgmCompatibleCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         samples = self.samples
-        rows = [(dict(dcgm.exporter_labels(s, self.hostname_label)), dcgm.exporter_values(s, profiling=False))
-                for s in samples]
-        for metric in rows[0][1] if rows else ():
+        rows = [(dict(exporter_text.exporter_labels(s, self.hostname_label)),
+                 exporter_text.exporter_values(s, profiling=False)) for s in samples]
+        # Every gauge any GPU gives: one that the first GPU lacks (clock reasons) still has a family.
+        for metric in dict.fromkeys(metric for _, values in rows for metric in values):
             family = Metric(metric, dcgm.HELP[metric][1], "gauge")
             for labels, values in rows:
                 # Label sets may differ between GPUs (MIG, pods): samples carry their own.
-                if values[metric] is not None:
+                if values.get(metric) is not None:
                     family.add_sample(metric, labels, float(values[metric]))
             yield family

@@ -89,6 +89,16 @@ class XidWatcher:
         self._stop.set()
 
 
+def _clock_reasons(nvml: ModuleType, handle: Any) -> int | None:
+    """NVML's clock-event reasons bitmask (`DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`): why the clocks
+    are where they are — idle, a power cap, heat. Bindings name it `...ClocksEventReasons` since
+    driver 535, `...ClocksThrottleReasons` before; None where neither answers."""
+    call = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+    value = None if call is None else _field(nvml, call, handle)
+    return None if value is None else int(value)
+
+
 def _mig_profile(name: str) -> str:
     # MIG device names end in the profile: "NVIDIA H100 80GB HBM3 MIG 1g.10gb".
     return name.rsplit("MIG ", 1)[1].strip() if "MIG " in name else ""
@@ -110,6 +120,7 @@ def read_gpus(nvml: ModuleType, node: str, xids: XidWatcher | None = None) -> Re
                       pci_bus_id=_text(pci.busId) if pci is not None else "",
                       last_xid=xids.last_xid(uuid) if xids else 0,
                       temperature_c=_field(nvml, nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU))
+        common["clock_reasons"] = _clock_reasons(nvml, handle)
         power = _field(nvml, nvml.nvmlDeviceGetPowerUsage, handle)
         common["power_w"] = power / 1000.0 if power is not None else None
         mig_mode = _field(nvml, nvml.nvmlDeviceGetMigMode, handle)

@@ -19,7 +19,7 @@ from typing import Any
 
 from scoring.node_selectors import NodeSelectorTerm, selector_terms
 from scoring.policy import GpuDeviceClass, PlacementPolicy
-from scoring.workloads import MAX_GPUS, as_dict, as_list
+from scoring.objects import MAX_GPUS, as_dict, as_list
 
 DEVICE_CLASS_PREFIX = "deviceclass/"
 

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from scoring.telemetry import GpuSample
 
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -111,29 +107,3 @@ KubeletPodResourcesDynamicResources)."""
 
 HOSTNAME_LABELS = ("Hostname", "hostname")
 """Released dcgm-exporter versions write `Hostname`; the newer main branch writes `hostname`."""
-
-
-def exporter_labels(sample: GpuSample, hostname_label: str = "Hostname") -> list[tuple[str, str]]:
-    """The labels dcgm-exporter puts on one GPU's series, in its order, for the exporters we ship."""
-    if hostname_label not in HOSTNAME_LABELS:
-        raise ValueError(f"hostname label must be one of {HOSTNAME_LABELS}")
-    labels = [("gpu", sample.gpu), ("UUID", sample.uuid), ("pci_bus_id", sample.pci_bus_id),
-              ("device", f"nvidia{sample.gpu}"), ("modelName", sample.model), (hostname_label, sample.node)]
-    if sample.mig_profile:
-        labels += [("GPU_I_PROFILE", sample.mig_profile), ("GPU_I_ID", sample.mig_instance)]
-    if sample.pod is not None:
-        labels += [("container", sample.pod.container), ("namespace", sample.pod.namespace), ("pod", sample.pod.name)]
-    return labels
-
-
-def exporter_values(sample: GpuSample, profiling: bool) -> dict[str, float | None]:
-    """Each gauge's value for one GPU; None where the GPU could not tell (the series is left out)."""
-    values: dict[str, float | None] = {
-        GPU_TEMP: sample.temperature_c, POWER_USAGE: sample.power_w, GPU_UTIL: sample.util_percent,
-        XID_ERRORS: sample.last_xid, FB_FREE: sample.fb_free_mib, FB_USED: sample.fb_used_mib,
-    }
-    if profiling:
-        values[GR_ENGINE_ACTIVE] = None if sample.util_percent is None else sample.util_percent / 100
-    if sample.clock_reasons is not None:
-        values[CLOCK_THROTTLE_REASONS] = sample.clock_reasons
-    return values

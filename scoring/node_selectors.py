@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scoring.workloads import as_dict, as_list
+from scoring.objects import as_dict, as_list
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ Each supported server (vLLM, SGLang, TGI, Triton) is described by the metric nam
 (`ServingServer`); the queries here read, per serving pod, its queue depth now and a latency figure
 over a short window, and find each pod's node from the series' own node label or, failing that,
 kube-state-metrics' `kube_pod_info`. `replicas_from_rows` turns the answers into `ServingReplica`s
-carrying the target that applies to them, which is all the heat model and the descheduler need.
+(`scoring.telemetry`) carrying the target that applies to them, which is all the heat model and the descheduler need.
 """
 
 from __future__ import annotations
@@ -16,15 +16,11 @@ from dataclasses import dataclass, replace
 from scoring.policy import ServingPolicy, ServingServer, ServingTarget
 from scoring.rows import Series, selector
 from scoring.series import ksm_label_name
-from scoring.telemetry import ClusterSnapshot
+from scoring.telemetry import ClusterSnapshot, ServingReplica, pressure_of
 
 NODE_LABELS = ("node", "kubernetes_node", "nodename")
 """Where a serving series may carry its pod's node (a PodMonitor relabelling
 `__meta_kubernetes_pod_node_name`). Not `hostname`: on a pod's own series that is the pod."""
-
-PEER_MARGIN = 1.25
-"""How much worse than its workload's other replicas a replica must be for its node to be the
-cause: a quarter, well beyond the scatter of equally loaded replicas."""
 
 JOINS = ("pod_node", "pod_workload")
 """The row sets that join serving pods to nodes and workloads through kube-state-metrics."""
@@ -34,79 +30,6 @@ FIGURES = ("queue", "latency", "kv", "running")
 
 _POD = "namespace, pod"
 _BY_POD = f"{_POD}, {', '.join(NODE_LABELS)}"
-
-
-@dataclass(frozen=True, slots=True)
-class ServingReplica:
-    """One serving pod as its server reports it, with the target it is held to."""
-
-    namespace: str
-    pod: str
-    server: str
-    queue: float | None
-    """Requests waiting now (the server's queue gauge); None when it exports none."""
-    latency_seconds: float | None
-    """The latency figure over `serving.windowSeconds` (`latency_label` says which); None without traffic."""
-    latency_label: str
-    target: ServingTarget
-    workload: str = ""
-    """The pod's `placement.workloadLabel` value, else its name less the ReplicaSet's two suffixes."""
-    peer_pressure: float | None = None
-    """The median `pressure` of the same workload's replicas on other nodes; None without any."""
-    kv_usage: float | None = None
-    """The KV cache's used share now, 0–1; None when the server exports none."""
-    running: float | None = None
-    """Requests in the running batch now; None when the server exports none."""
-
-    @property
-    def load(self) -> float | None:
-        """How full the work keeps the replica, 0–1 and beyond: the larger of its KV cache's used
-        share and its running plus waiting requests over the batch limit (`maxRunning`). It grows
-        with the work where a duty cycle reads ~100 % from one request (bench/replica_signals.py);
-        None when the server reports neither figure."""
-        if self.kv_usage is None and self.running is None:
-            return None
-        batch = (self.running + (self.queue or 0.0)) / self.target.max_running if self.running is not None else 0.0
-        return max(self.kv_usage or 0.0, batch)
-
-    def describe_load(self) -> str:
-        """e.g. "inference/chat-7 KV 95 %, 250 running + 10 waiting of 256"."""
-        parts = [] if self.kv_usage is None else [f"KV {self.kv_usage:.0%}"]
-        if self.running is not None:
-            parts.append(f"{self.running:.0f} running + {self.queue or 0:.0f} waiting of {self.target.max_running:g}")
-        return f"{self.namespace}/{self.pod} " + ", ".join(parts)
-
-    @property
-    def node_bound(self) -> bool:
-        """Whether its node, not its workload, is what makes it slow: it is clearly worse off than
-        its peers elsewhere (or has none to compare with). A workload slow on every node needs
-        more replicas, not other nodes; moving or shunning nodes for it only churns."""
-        return self.peer_pressure is None or self.pressure >= PEER_MARGIN * self.peer_pressure
-
-    @property
-    def pressure(self) -> float:
-        return pressure_of(self.latency_seconds, self.queue, self.target)
-
-    def describe(self) -> str:
-        """e.g. "inference/chat-7 TTFT p95 0.82 s (target 0.50 s), 3 queued (target 8)"."""
-        parts = []
-        peers = "" if self.peer_pressure is None else f"; its workload's other replicas at {self.peer_pressure:.0%} of target"
-        if self.latency_seconds is not None:
-            parts.append(f"{self.latency_label} {self.latency_seconds:.2f} s (target {self.target.latency_seconds:.2f} s)")
-        if self.queue is not None:
-            parts.append(f"{self.queue:.0f} queued (target {self.target.queue_depth:g})")
-        return f"{self.namespace}/{self.pod} " + ", ".join(parts) + peers
-
-
-def pressure_of(latency_seconds: float | None, queue: float | None, target: ServingTarget) -> float:
-    """The worse of latency and queue as a share of their targets (1.0 is exactly on target); an
-    unknown figure counts for nothing."""
-    shares = [0.0]
-    if latency_seconds is not None and target.latency_seconds > 0:
-        shares.append(latency_seconds / target.latency_seconds)
-    if queue is not None and target.queue_depth > 0:
-        shares.append(queue / target.queue_depth)
-    return max(shares)
 
 
 def latency_label(server: ServingServer, quantile: float) -> str:

@@ -14,13 +14,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from scoring.objects import MAX_GPUS, as_dict, as_list
 from scoring.policy import PlacementPolicy
 
 if TYPE_CHECKING:
     from scoring.claims import PodClaims
-
-MAX_GPUS = 1024
-"""No node has more; a larger request is garbage and earns no steering."""
 
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
 _SUFFIX = {None: 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
@@ -51,14 +49,6 @@ def _parse_text(value: str) -> Decimal:
     if not number.is_finite():
         raise BadQuantity(f"quantity {str(value)[:40]!r} is not finite")
     return number
-
-
-def as_dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def as_list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 @functools.lru_cache(maxsize=4096)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from scoring import dcgm
+from scoring import dcgm, exporter_text
 from scoring.telemetry import GpuSample
 
 
@@ -16,18 +16,18 @@ def render_exposition(readings: Sequence[GpuSample], *, hostname_label: str = "H
                       profiling: bool = False, extra: Sequence[Mapping[str, float | None]] = ()) -> str:
     """Exposition text for every reading, one family at a time with `# HELP` and `# TYPE`; `extra`
     (one mapping per reading, metric → value) adds or overrides fields the sample does not carry."""
-    prefixes = [",".join(f'{k}="{_escape(v)}"' for k, v in dcgm.exporter_labels(r, hostname_label)) for r in readings]
-    values = [dcgm.exporter_values(r, profiling) for r in readings]
+    prefixes = [",".join(f'{k}="{_escape(v)}"' for k, v in exporter_text.exporter_labels(r, hostname_label)) for r in readings]
+    values = [exporter_text.exporter_values(r, profiling) for r in readings]
     for own, more in zip(values, extra):
         own.update(more)
     lines: list[str] = []
-    for metric in values[0] if values else ():
+    for metric in dict.fromkeys(metric for own in values for metric in own):  # the first GPU may lack one
         kind, text = dcgm.HELP[metric]
         lines.append(f"# HELP {metric} {text}")
         lines.append(f"# TYPE {metric} {kind}")
         # A reading the GPU could not give is left out, as dcgm-exporter does.
         lines.extend(f"{metric}{{{prefix}}} {_number(v[metric])}"
-                     for prefix, v in zip(prefixes, values) if v[metric] is not None)
+                     for prefix, v in zip(prefixes, values) if v.get(metric) is not None)
     return "\n".join(lines) + "\n"
 
 

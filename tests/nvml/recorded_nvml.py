@@ -66,6 +66,12 @@ class RecordedNvml:
             raise NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return power
 
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        reasons = self._gpu(handle).get("clock_reasons")
+        if reasons is None:
+            raise NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return reasons
+
     def nvmlDeviceGetMigMode(self, handle):
         return (1, 1) if self._gpu(handle).get("mig") else (0, 0)
 
@@ -106,4 +112,7 @@ class RecordedNvml:
 def h100_node(n: int = 8) -> list[dict]:
     return [{"uuid": f"GPU-6f1c2d3e-0000-4000-8000-00000000000{i}", "name": "NVIDIA H100 80GB HBM3",
              "pci": f"00000000:{0x18 + 0x10 * i:02X}:00.0", "temp": 40 + 5 * i, "power_mw": 100_000 + 50_000 * i,
-             "util": 12 * i, "used": (i * 9) * GIB} for i in range(n)]
+             "util": 12 * i, "used": (i * 9) * GIB,
+             # GPU 0 idle (its clocks parked), GPU 7 at 450 W held down by its power cap.
+             "clock_reasons": pynvml.nvmlClocksEventReasonGpuIdle if i == 0 else
+             pynvml.nvmlClocksEventReasonSwPowerCap if i == 7 else 0} for i in range(n)]

@@ -18,7 +18,7 @@ from nvml_exporter.collector import DcgmCompatibleCollector
 from nvml_exporter.reader import NvmlUnavailable, XidWatcher, read_gpus, start
 from nvml_exporter.serve import run
 from scoring import dcgm
-from scoring.heat import node_heat
+from scoring.heat import Tier, node_heat
 from scoring.policy import HeatPolicy
 from scoring.series import series_from_families, snapshot_from_readings
 from sim.dcgm_text import render_exposition
@@ -154,6 +154,8 @@ def test_contract_on_a_real_nvidia_gpu():
         assert sample.uuid.startswith(("GPU-", "MIG-")) and sample.model
         assert sample.fb_used_mib is not None and sample.fb_free_mib is not None
         assert sample.temperature_c is None or 0 < sample.temperature_c < 130
+        # Every data-centre GPU since Kepler answers the clock-event reasons; only NVML's bits are set.
+        assert sample.clock_reasons is not None and sample.clock_reasons & ~0x1FF == 0, sample.clock_reasons
     collector = DcgmCompatibleCollector()
     collector.samples = reading.samples
     registry = CollectorRegistry()
@@ -162,3 +164,24 @@ def test_contract_on_a_real_nvidia_gpu():
     text = generate_latest(registry).decode()
     print(f"scrape of {len(reading.samples)} GPU(s): {(time.perf_counter() - started) * 1000:.3f} ms")
     assert dcgm.FB_USED in text
+
+
+def test_clock_event_reasons_are_exported_and_a_power_capped_gpu_warms_its_node():
+    samples = read_gpus(RecordedNvml(h100_node()), "node-a").samples
+    assert [s.clock_reasons for s in samples] == [0x1, 0, 0, 0, 0, 0, 0, 0x4]
+    text = exposition(samples)
+    reasons = [s for f in text_string_to_metric_families(text) if f.name == dcgm.CLOCK_THROTTLE_REASONS
+               for s in f.samples]
+    assert [int(s.value) for s in reasons] == [0x1, 0, 0, 0, 0, 0, 0, 0x4]
+    node = snapshot_from_readings(series_from_families(text_string_to_metric_families(text)), taken_at=NOW).nodes[0]
+    heat = node_heat(node, HeatPolicy())
+    assert node.gpus_power_capped == 1 and heat.throttled == "power cap" and heat.tier is Tier.WARM
+
+
+def test_a_gpu_without_clock_reasons_leaves_them_out_and_hides_no_other_gpus():
+    gpus = h100_node(3)
+    gpus[0]["clock_reasons"] = None  # NOT_SUPPORTED on the first GPU only
+    text = exposition(read_gpus(RecordedNvml(gpus), "n").samples)
+    reasons = [s for f in text_string_to_metric_families(text) if f.name == dcgm.CLOCK_THROTTLE_REASONS
+               for s in f.samples]
+    assert [s.labels["gpu"] for s in reasons] == ["1", "2"]

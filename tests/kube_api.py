@@ -2,10 +2,13 @@
 ResourceSlices, ResourceClaims and ResourceClaimTemplates (`resource.k8s.io/v1`), on loopback (test I/O).
 
 What the cluster view relies on, served the API server's way: resourceVersions from one counter,
-paginated lists (`limit`/`continue`), watches from a resourceVersion with BOOKMARK events, 410
-Gone (as an ERROR event) for a version older than the compacted history, field selectors of the
-`a=b` / `a!=b` kind, and, for tests, 403 for everything, 404 for the DRA API (a cluster without
-it) or a watch that drops mid-stream.
+paginated lists (`limit`/`continue`) whose continue token expires (410, reason Expired) once the
+history it was cut from is compacted, watches from a resourceVersion with BOOKMARK events, 410
+Gone for a version older than the compacted history (as an ERROR event in a 200 stream, or, as
+some API servers and proxies do, as the HTTP status), field selectors of the `a=b` / `a!=b` kind
+with ADDED for an object entering the selector and DELETED for one leaving it, 429 Too Many
+Requests with Retry-After (API priority and fairness), and, for tests, 403 for everything, 404
+for the DRA API (a cluster without it) or a watch that drops mid-stream.
 """
 
 from __future__ import annotations
@@ -59,7 +62,16 @@ class KubeApi:
         self.forbidden = False
         self.drop_watch_after: int | None = None
         """Close the next watch stream after this many events, without ending it cleanly."""
+        self.gone_as_status = False
+        """True: a watch from a compacted version answers HTTP 410, not an ERROR event."""
+        self.throttle_next = 0
+        """Answer this many of the next requests 429 Too Many Requests, with `Retry-After`."""
+        self.retry_after_seconds = 1
+        self.compact_before_next_page = False
+        """Compact once, just before answering the next list page asked with a continue token."""
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
+        self.requests_at: list[float] = []
+        """`time.monotonic()` of each request, beside `requests`."""
         self.changed = threading.Condition()
         self.generation = 0
 
@@ -90,7 +102,9 @@ class KubeApi:
         """Forget the history so far and end open watches, as if they had fallen behind a
         compaction: a watch resumed from any version up to now gets 410 Gone."""
         with self.changed:
-            self.compacted = self.version + 1
+            # etcd compacts at a revision: older ones are gone, a list made now is served from it.
+            self.version += 1
+            self.compacted = self.version
             self.history.clear()
             self.generation += 1
             self.changed.notify_all()
@@ -110,9 +124,11 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: object) -> None:
             pass
 
-        def _send(self, code: int, body: dict[str, Any]) -> None:
+        def _send(self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             data = json.dumps(body).encode()
             self.send_response(code)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -122,9 +138,17 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
             url = urlparse(self.path)
             query = parse_qs(url.query)
             api.requests.append((url.path, query))
+            api.requests_at.append(time.monotonic())
             kind = PATHS.get(url.path)
             if kind is None or (url.path.startswith(DRA) and not api.serves_dra):
                 return self._send(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
+            with api.changed:
+                throttled = api.throttle_next > 0
+                api.throttle_next -= throttled
+            if throttled:
+                return self._send(429, {"kind": "Status", "code": 429, "reason": "TooManyRequests",
+                                        "message": "Too many requests, please try again later."},
+                                  {"Retry-After": str(api.retry_after_seconds)})
             if api.forbidden:
                 return self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden",
                                         "message": f"{kind} is forbidden: User cannot list resource"})
@@ -139,6 +163,13 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
                 version = api.version
             limit = int(query.get("limit", ["0"])[0] or 0)
             token = query.get("continue", [""])[0]
+            if token and api.compact_before_next_page:
+                api.compact_before_next_page = False
+                api.compact()
+            if token and int(token.split(":")[0]) < api.compacted:
+                return self._send(410, {"kind": "Status", "code": 410, "reason": "Expired", "message": (
+                    "The provided continue parameter is too old to display a consistent list result. You can "
+                    "start a new list without the continue parameter.")})
             start = int(token.split(":")[1]) if token else 0
             page = items[start:start + limit] if limit else items[start:]
             metadata: dict[str, Any] = {"resourceVersion": token.split(":")[0] if token else str(version)}
@@ -150,6 +181,9 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
             since = int(query.get("resourceVersion", ["0"])[0] or 0)
             deadline = time.monotonic() + float(query.get("timeoutSeconds", ["30"])[0])
             bookmarks = query.get("allowWatchBookmarks", [""])[0] in ("true", "True", "1")
+            if since < api.compacted and api.gone_as_status:
+                return self._send(410, {"kind": "Status", "code": 410, "reason": "Expired",
+                                        "message": f"too old resource version: {since}"})
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Transfer-Encoding", "chunked")
@@ -187,6 +221,8 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
                             if key not in visible:
                                 continue
                             event = "DELETED"
+                        elif key not in visible and event == "MODIFIED":
+                            event = "ADDED"  # it entered the selector
                         visible.discard(key) if event == "DELETED" else visible.add(key)
                         write({"type": event, "object": obj})
                         sent += 1

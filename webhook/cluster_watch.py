@@ -4,8 +4,9 @@ to what placement needs and frozen into a `ClusterView` on each refresh.
 
 One background thread per kind, never on the admission path. Each lists in pages
 (`limit`/`continue`), then watches from the list's `resourceVersion` with bookmarks, resumes from
-the last version it saw when a stream ends or drops, relists when the server answers 410 Gone,
-and backs off on errors. Pods are listed bound and non-terminal only (a field selector), so a
+the last version it saw when a stream ends or drops, relists when the server answers 410 Gone
+(an ERROR event in the stream, the HTTP status, or a list's continue token expired), waits as told
+on 429 Too Many Requests (Retry-After), and backs off on errors. Pods are listed bound and non-terminal only (a field selector), so a
 pod's binding arrives as its first event; each binding is handed to `on_binding` (the ledger).
 
 Without API access (403, API down) `freeze` returns None and the webhook advises on telemetry
@@ -84,6 +85,19 @@ def slim(obj: dict[str, Any]) -> dict[str, Any]:
 
 class Gone(Exception):
     """The resourceVersion is too old (410): relist."""
+
+
+MAX_RETRY_AFTER_SECONDS = 60.0
+"""The longest a Retry-After is honoured: a longer one (or a date) waits this long."""
+
+
+def _retry_after(error: ApiException, fallback: float) -> float:
+    """The seconds a 429's Retry-After asks for (at most `MAX_RETRY_AFTER_SECONDS`), else `fallback`."""
+    value = (getattr(error, "headers", None) or {}).get("Retry-After", "")
+    try:
+        return min(MAX_RETRY_AFTER_SECONDS, max(0.0, float(value)))
+    except (TypeError, ValueError):
+        return fallback if not value else MAX_RETRY_AFTER_SECONDS
 
 
 def _utcnow() -> datetime:
@@ -231,6 +245,13 @@ class ClusterWatch:
                 if isinstance(error, Gone) or (isinstance(error, ApiException) and error.status == 410):
                     log.info("%s watch: resourceVersion %s expired (410 Gone): relisting", kind, version)
                     version = None
+                    continue
+                if isinstance(error, ApiException) and error.status == 429:
+                    # API priority and fairness: wait as told, then go on from where it stood.
+                    wait = _retry_after(error, delay)
+                    log.info("%s: the API server asks to slow down (429); retrying in %.0f s", kind, wait)
+                    self._stop.wait(wait)
+                    delay = min(self._backoff[1], delay * 2)
                     continue
                 if kind in DRA_KINDS and isinstance(error, ApiException) and error.status in (403, 404):
                     self._mark_absent(kind, "not served by this cluster" if error.status == 404 else "not granted")

@@ -14,6 +14,7 @@ from descheduler.ledger_store import load_ledger, save_ledger
 from descheduler.plan import Plan, PlannedEviction
 from scoring.policy import DeschedulerPolicy
 from tests.descheduler.helpers import NOW
+from tests.kube_semantics import GuardedObject, serve_evictions
 
 POLICY = DeschedulerPolicy()
 
@@ -31,27 +32,42 @@ def eviction_requests(emulator, pod):
     return list(emulator[f"post /api/v1/namespaces/ml/pods/{pod}/eviction"])
 
 
+def budget(name, app, allowed):
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
+            "status": {"disruptionsAllowed": allowed}}
+
+
+def labelled_pod(name, app):
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ml", "labels": {"app": app}},
+            "spec": {"containers": [{"name": "c", "image": "vllm"}]}}
+
+
 def test_evictions_honour_pdbs_report_500s_and_leave_events(kube):
+    """The API server's answers computed from PodDisruptionBudget objects (tests/kube_semantics.py)."""
     api, emulator = kube
-    emulator["post /api/v1/namespaces/ml/pods/ok/eviction"] << 201 << {"apiVersion": "v1", "kind": "Status",
-                                                                         "status": "Success"}
-    emulator["post /api/v1/namespaces/ml/pods/guarded/eviction"] << 429 << status(
-        429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
-    emulator["post /api/v1/namespaces/ml/pods/broken/eviction"] << 500 << status(
-        500, "InternalError", "This pod has more than one PodDisruptionBudget")
-    emulator["post /api/v1/namespaces/ml/pods/gone/eviction"] << 404 << status(404, "NotFound", "pods not found")
-    core, events = client.CoreV1Api(api), client.EventsV1Api(api)
-    outcomes = carry_out(planned("ok", "guarded", "broken", "gone"), core, events, dry_run=False, now=NOW)
+    core, events, policy = client.CoreV1Api(api), client.EventsV1Api(api), client.PolicyV1Api(api)
+    for name, app in (("ok", "chat"), ("ok-2", "chat"), ("guarded", "embed"), ("broken", "rank")):
+        core.create_namespaced_pod("ml", labelled_pod(name, app))
+    policy.create_namespaced_pod_disruption_budget("ml", budget("chat", "chat", 1))  # one disruption left
+    policy.create_namespaced_pod_disruption_budget("ml", budget("embed", "embed", 0))
+    policy.create_namespaced_pod_disruption_budget("ml", budget("rank", "rank", 1))
+    policy.create_namespaced_pod_disruption_budget("ml", budget("rank-too", "rank", 1))  # two budgets: 500
+    serve_evictions(emulator, "ml", ["ok", "ok-2", "guarded", "broken", "gone"])
+    outcomes = carry_out(planned("ok", "guarded", "broken", "gone", "ok-2"), core, events, dry_run=False, now=NOW)
     assert [(o.eviction.pod, o.result) for o in outcomes] == [
-        ("ok", "evicted"), ("guarded", "blocked"), ("broken", "error"), ("gone", "gone")]
+        ("ok", "evicted"), ("guarded", "blocked"), ("broken", "error"), ("gone", "gone"), ("ok-2", "blocked")]
     assert "PodDisruptionBudget" in outcomes[1].detail and "500" in outcomes[2].detail
+    assert "PodDisruptionBudget" in outcomes[4].detail, "the first eviction used the chat budget's only disruption"
     assert len(eviction_requests(emulator, "guarded")) == 1, "a PDB refusal is not retried in the same run"
     for pod in ("ok", "guarded", "broken", "gone"):  # what the API server's PDB check reads: an Eviction of the pod
         (request,) = eviction_requests(emulator, pod)
         assert request.data["kind"] == "Eviction" and request.data["apiVersion"] == "policy/v1", request.data
         assert request.data["metadata"] == {"name": pod, "namespace": "ml"}
         assert "deleteOptions" not in request.data, "no grace-period or precondition override of the PDB's say"
-    assert [o.done for o in outcomes] == [True, False, False, True], "only evicted and gone count as done"
+    assert [o.done for o in outcomes] == [True, False, False, True, False], "only evicted and gone count as done"
+    assert sorted(p.metadata.name for p in core.list_namespaced_pod("ml").items) == ["broken", "guarded", "ok-2"]
+    assert policy.read_namespaced_pod_disruption_budget("chat", "ml").status.disruptions_allowed == 0
     recorded = events.list_namespaced_event("ml").items
     assert [(e.regarding.name, e.action, e.reporting_controller) for e in recorded] == [
         ("ok", "Evict", "gpu-balancer.io/descheduler")]
@@ -112,3 +128,26 @@ def test_a_ledger_that_changes_under_every_write_gives_up_and_the_report_says_so
     assert len(list(emulator[f"patch {path}"])) == CONFLICT_ATTEMPTS, "bounded: it does not spin"
     report = Report(False, planned("ok"), (), ledger_error=str(gave_up.value))
     assert report.errors == 1 and any("ledger not updated" in note for note in report.as_dict()["notes"])
+
+
+def test_two_runs_racing_on_the_ledger_lose_no_record(kube):
+    """Computed 409s (tests/kube_semantics.py): run A and run B read the ledger at the same
+    version; B writes first, so A's guarded write is refused, and A reads again and adds its
+    record to B's instead of overwriting it."""
+    from descheduler.ledger_store import record_evictions
+
+    api, emulator = kube
+    core = client.CoreV1Api(api)
+    ledger = GuardedObject(emulator, namespace=POLICY.ledger_namespace, plural="configmaps", name=POLICY.ledger_name,
+                           kind="ConfigMap")
+    save_ledger(core, LedgerState(), None, POLICY)
+    read_by_a, read_by_b = load_ledger(core, POLICY), load_ledger(core, POLICY)
+    assert read_by_a[1] == read_by_b[1] == "1"
+    b = EvictionRecord("ml/Deployment/web", "ml", "web-1", "hot-b", NOW)
+    a = EvictionRecord("ml/Deployment/svc", "ml", "svc-1", "hot-a", NOW)
+    record_evictions(core, [b], NOW, POLICY, read=read_by_b)
+    stored = record_evictions(core, [a], NOW, POLICY, read=read_by_a)
+    final, version = load_ledger(core, POLICY)
+    assert final == stored and version == "3", "A's first write was refused and changed nothing"
+    assert final.cooldown_until(a.workload, NOW, POLICY) and final.cooldown_until(b.workload, NOW, POLICY)
+    assert ledger.writes == 3  # the create, B's write, A's second write

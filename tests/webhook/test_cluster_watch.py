@@ -1,5 +1,6 @@
 """The cluster view's list/watch through the real `kubernetes` client against a stateful API
-stand-in on loopback: pagination, bindings, bookmarks, 410 relists, dropped streams, 403 fallback."""
+stand-in on loopback: pagination, bindings, bookmarks, 410 relists (an ERROR event, the HTTP
+status, an expired continue token), 429 with Retry-After, dropped streams, 403 fallback."""
 
 from __future__ import annotations
 
@@ -94,6 +95,46 @@ def test_watch_resumes_from_bookmarks_and_relists_on_410_gone(cluster):
     api.put("nodes", node("n3"))
     eventually(lambda: watch.relists["nodes"] >= 2)
     eventually(lambda: sorted(watch.freeze().nodes) == ["n1", "n2", "n3"])
+
+
+def test_410_gone_as_the_http_status_of_a_watch_relists_too(cluster):
+    api, start, _ = cluster
+    api.gone_as_status = True
+    api.put("nodes", node("n1"))
+    watch = start(watch_seconds=1)
+    eventually(watch.freeze)
+    api.compact()
+    api.put("nodes", node("n2"))
+    eventually(lambda: watch.relists["nodes"] >= 2)
+    eventually(lambda: sorted(watch.freeze().nodes) == ["n1", "n2"])
+    gone = [q for path, q in api.requests if path == "/api/v1/nodes" and "watch" in q]
+    assert gone and watch.state == "ok"
+
+
+def test_an_expired_continue_token_starts_the_list_over(cluster):
+    api, start, _ = cluster
+    for i in range(7):
+        api.put("nodes", node(f"n{i}"))
+    api.compact_before_next_page = True  # the history the first page was cut from is gone by the second
+    watch = start()
+    eventually(lambda: watch.freeze() is not None and len(watch.freeze().nodes) == 7)
+    lists = [q for path, q in api.requests if path == "/api/v1/nodes" and "watch" not in q]
+    # page 1, page 2 refused (410 Expired), then pages 1-3 again from the start
+    assert ["continue" in q for q in lists[:5]] == [False, True, False, True, True]
+    assert watch.state == "ok"
+
+
+def test_too_many_requests_waits_as_told_and_is_not_a_failure(cluster):
+    api, start, _ = cluster
+    api.put("nodes", node("n1"))
+    api.throttle_next, api.retry_after_seconds = 1, 1
+    states: list[str] = []
+    watch = start(on_state=states.append, backoff=(0.05, 2.0))
+    eventually(lambda: watch.freeze() is not None)
+    assert "unreachable" not in states
+    throttled = api.requests[0][0]  # the one request answered 429; the other kinds' went through
+    first, second = [at for (path, _), at in zip(api.requests, api.requests_at) if path == throttled][:2]
+    assert second - first >= 0.9, "its next request waited the second Retry-After asked for"
 
 
 def test_a_pod_gone_while_the_watch_was_away_is_released_by_the_relist(cluster):

@@ -1,4 +1,5 @@
-# gpu-balancer image: webhook, descheduler, certs and the NVML exporter in one.
+# gpu-balancer image: webhook, descheduler, certs and the NVML exporter in one; no simulator (the `sim`
+# extra: `pip install gpu-balancer[sim]` where you simulate).
 # Build: docker build -t ghcr.io/gpu-balancer/gpu-balancer:0.1.0 .
 FROM python:3.11-slim AS build
 WORKDIR /src
@@ -8,7 +9,6 @@ COPY scoring scoring
 COPY webhook webhook
 COPY descheduler descheduler
 COPY certs certs
-COPY sim sim
 COPY nvml_exporter nvml_exporter
 RUN python -m venv /opt/gpu-balancer \
  && /opt/gpu-balancer/bin/pip install --no-cache-dir --upgrade pip \

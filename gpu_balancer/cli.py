@@ -19,7 +19,6 @@ from scoring.heat import fleet_heat
 from scoring.policy import DEFAULT_SERVERS, BalancerPolicy, PolicyError, default_policy, parse_policy, yaml_problem
 from scoring.prometheus import TelemetryError, connect, read_snapshot
 from scoring.queries import utilisation_selector
-from sim.scenario import BUILT_IN
 
 
 class UsageError(Exception):
@@ -295,7 +294,21 @@ def _replayed_run(args: argparse.Namespace):
 
 def _serving_worlds() -> str:
     """The built-in scenarios whose replicas are LLM servers."""
-    return ", ".join(name for name, built_in in BUILT_IN.items() if built_in.llm)
+    return _built_in_scenarios(llm_only=True)
+
+
+def _built_in_scenarios(*, llm_only: bool = False) -> str:
+    """The built-in scenarios' names, for --help and errors; the production image has no
+    simulator to name."""
+    try:
+        from sim.scenario import BUILT_IN
+    except ImportError:
+        return "none here: the simulator is not installed"
+    return ", ".join(name for name, built_in in BUILT_IN.items() if built_in.llm or not llm_only)
+
+
+SIMULATOR_PARTS = ("sim", "numpy", "matplotlib")
+"""What the simulator's commands need that the production image goes without (the `sim` extra)."""
 
 
 def _with_contention_scale(scenario, scale: float | None):
@@ -897,7 +910,7 @@ def _add_cluster_commands(commands) -> None:
 def _add_simulator_commands(commands) -> None:
     """simulate, explain, calibrate, serving-curve and demo."""
     simulate = commands.add_parser("simulate", help="compare placement policies on a simulated GPU cluster")
-    simulate.add_argument("--scenario", help=f"built-in scenario: {', '.join(BUILT_IN)}")
+    simulate.add_argument("--scenario", help=f"built-in scenario: {_built_in_scenarios()}")
     simulate.add_argument("--scenario-file", help="YAML scenario (see README)")
     seed = simulate.add_mutually_exclusive_group()
     seed.add_argument("--seed", type=count(0, 2**32 - 1), default=11)
@@ -975,6 +988,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] not in SIMULATOR_PARTS:
+            raise
+        print(f"gpu-balancer {args.command}: needs the simulator, which is not installed here "
+              f"(no {error.name}): pip install 'gpu-balancer[sim]'", file=sys.stderr)
+        return 2
     except Exception as error:  # noqa: BLE001 - the last resort: a message, never a traceback
         if os.environ.get("GPU_BALANCER_DEBUG"):
             raise

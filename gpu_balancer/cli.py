@@ -308,7 +308,8 @@ def _built_in_scenarios(*, llm_only: bool = False) -> str:
 
 
 SIMULATOR_PARTS = ("sim", "numpy", "matplotlib")
-"""What the simulator's commands need that the production image goes without (the `sim` extra)."""
+"""What the simulator's commands and `calibrate` need that the production image goes without
+(the `sim` extra)."""
 
 
 def _with_contention_scale(scenario, scale: float | None):
@@ -991,8 +992,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as error:
         if (error.name or "").split(".")[0] not in SIMULATOR_PARTS:
             raise
-        print(f"gpu-balancer {args.command}: needs the simulator, which is not installed here "
-              f"(no {error.name}): pip install 'gpu-balancer[sim]'", file=sys.stderr)
+        print(f"gpu-balancer {args.command}: needs the `sim` extra (the simulator, numpy, matplotlib), which is "
+              f"not installed here (no {error.name}): pip install 'gpu-balancer[sim]'", file=sys.stderr)
         return 2
     except Exception as error:  # noqa: BLE001 - the last resort: a message, never a traceback
         if os.environ.get("GPU_BALANCER_DEBUG"):

@@ -14,11 +14,14 @@ from descheduler.cluster import Cluster, cluster_from_objects
 from descheduler.evictor import Outcome, carry_out, record_run
 from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler.ledger_store import LedgerConflict, load_ledger, record_evictions, save_summary
-from descheduler.plan import Plan, plan_evictions
+from descheduler import step
+from descheduler.plan import Plan
 from descheduler.summary import RunSummary, summarise
-from scoring.heat import fleet_heat
+from scoring.heat import FleetHeat
 from scoring.policy import BalancerPolicy
-from scoring.prometheus import (QueryFn, TelemetryError, read_serving_window, read_snapshot, read_throttle_window,
+from scoring.serving import SustainedServing
+from scoring.telemetry import ClusterSnapshot, WindowStats
+from scoring.prometheus import (QueryFn, read_serving_window, read_snapshot, read_throttle_window,
                                 read_window)
 
 log = logging.getLogger("gpu_balancer.descheduler")
@@ -84,24 +87,36 @@ def _dra_objects(resource: client.ResourceV1Api) -> list[dict]:
     return objects
 
 
+class PrometheusTelemetry:
+    """What a run reads, from Prometheus (`descheduler.step.DeschedulerTelemetry`)."""
+
+    def __init__(self, query: QueryFn, policy: BalancerPolicy) -> None:
+        self._query, self._policy = query, policy
+        self.where = f"Prometheus at {policy.prometheus.url}"
+
+    def snapshot(self) -> ClusterSnapshot:
+        return read_snapshot(self._query, self._policy)
+
+    def window(self) -> dict[str, WindowStats]:
+        return read_window(self._query, self._policy)
+
+    def serving_window(self, snapshot: ClusterSnapshot) -> dict[tuple[str, str], SustainedServing]:
+        return read_serving_window(self._query, self._policy, snapshot)
+
+    def throttle_window(self, fleet: FleetHeat) -> dict[str, WindowStats]:
+        return read_throttle_window(self._query, self._policy, fleet)
+
+
 def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: Callable[[], datetime],
              core: client.CoreV1Api | None = None, events: client.EventsV1Api | None = None,
              dry_run: bool = True) -> Report:
     """Plan and (unless `dry_run` or no API) evict. Raises `TelemetryError` — zero evictions —
     when Prometheus cannot be read or its telemetry is stale."""
-    snapshot = read_snapshot(query, policy)
-    taken = now()
-    fleet = fleet_heat(snapshot, policy.heat, now=taken,
-                       staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
-    if fleet.stale:
-        raise TelemetryError(f"telemetry from Prometheus at {policy.prometheus.url} is stale or empty "
-                             f"({fleet.age_seconds:.0f}s old, {len(snapshot.nodes)} GPU nodes): no evictions")
-    window = read_window(query, policy)
+    source = PrometheusTelemetry(query, policy)
+    found = step.assess(source, policy, now)
+    taken = found.at
     ledger, version = load_ledger(core, policy.descheduler) if core is not None else (LedgerState(), None)
-    plan = plan_evictions(fleet=fleet, snapshot=snapshot, window=window, cluster=cluster, ledger=ledger,
-                          policy=policy.descheduler, now=taken,
-                          serving_window=read_serving_window(query, policy, snapshot),
-                          throttle_window=read_throttle_window(query, policy, fleet))
+    plan = step.plan(source, found, cluster=cluster, ledger=ledger, policy=policy)
     outcomes = carry_out(plan, core, events, dry_run=dry_run, now=taken)
     evicted = [o.eviction for o in outcomes if o.result == "evicted"]
     ledger_error = None

@@ -26,16 +26,13 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from scoring import recording, serving
+from scoring.errors import TelemetryError
 from scoring.heat import FleetHeat
 from scoring.policy import BalancerPolicy, PrometheusConnection
 from scoring.queries import (RECORDED_INSTEAD, REPLACEMENT_ROWS, snapshot_queries, throttle_window_queries,
                              topology_keys, window_queries)
 from scoring.series import SUMMED, Series, build_snapshot, detect_node_label
 from scoring.telemetry import ClusterSnapshot, WindowStats
-
-
-class TelemetryError(RuntimeError):
-    """Telemetry could not be read; steering must stop."""
 
 
 class PrometheusUnreachable(TelemetryError):

@@ -12,17 +12,18 @@ from datetime import datetime, timedelta, timezone
 
 from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
-from descheduler.plan import plan_evictions
+from descheduler import step
 from scoring.claims import ClaimBook, book_from_objects, class_of, pod_claims
 from scoring.feasibility import constraints_of, why_infeasible
-from scoring.heat import fleet_heat
+from scoring.errors import TelemetryError
+from scoring.heat import FleetHeat, fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
 from scoring.queries import topology_keys
 from scoring import dcgm
 from scoring.serving import (ServingReplica, SustainedServing, latency_label, pressure_of, target_for,
                              with_peers, with_serving, workload_of_pod)
 from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
-from scoring.telemetry import GpuSample, PodRef, WindowStats
+from scoring.telemetry import ClusterSnapshot, GpuSample, PodRef, WindowStats
 from scoring.workloads import gpu_request
 from scoring.view import BOOKING_ANNOTATION, Binding
 from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
@@ -482,39 +483,25 @@ class GpuBalancer(Stock):
         return {"advice_feasible": self._feasible / self._advised, "advice_followed": self._followed / self._advised}
 
     def deschedule(self, world: World) -> None:
-        telemetry = self.telemetry(world)
-        if telemetry is None:
+        """The production descheduler's step (`descheduler.step`) over the world's exporters."""
+        if self.telemetry(world) is None:
             return
-        snapshot, fleet, _, _ = telemetry
-        d = self.policy.descheduler
-        steps = max(1, int(d.window_seconds / world.scenario.tick_seconds))
-        lag = telemetry_lag(world)
-        history = self._busy_history(world, max(0, len(world.history) - lag - steps), len(world.history) - lag)
-        window = {name: _window_stats([h[name] for h in history if name in h], steps, d.low_quantile)
-                  for name in world.nodes}
+        source = SimulatedTelemetry(self, world)
+        try:
+            found = step.assess(source, self.policy, lambda: sim_time(world))
+        except TelemetryError:
+            return  # stale or empty, as a real run would find it: no evictions
         cluster = cluster_from_objects(cluster_objects(world), self.policy.placement)
-        now = sim_time(world)
-        serving_window = {}
-        if self.reads_serving and self.moves_on_serving:
-            observed = world.serving[max(0, len(world.serving) - lag - steps): len(world.serving) - lag]
-            serving_window = self._serving_window(observed, steps, snapshot)
-        throttle_window = {}
-        if any(node.throttled for node in fleet.nodes) and world.gpu_readings:
-            readings = world.gpu_readings[max(0, len(world.gpu_readings) - lag - steps): len(world.gpu_readings) - lag]
-            throttle_window = {name: _window_stats(_throttled_counts(readings, name), steps, d.low_quantile)
-                               for name in world.nodes}
-        plan = plan_evictions(fleet=fleet, snapshot=snapshot, window={n: w for n, w in window.items() if w},
-                              cluster=cluster, ledger=self.evictions, policy=d, now=now, serving_window=serving_window,
-                              throttle_window={n: w for n, w in throttle_window.items() if w})
+        plan = step.plan(source, found, cluster=cluster, ledger=self.evictions, policy=self.policy)
         records = []
         for eviction in plan.evictions:
             pod = world.pods.get(f"{eviction.namespace}/{eviction.pod}")
             if pod is not None:
                 recreate(world, pod)
                 world.evictions += 1
-                records.append(EvictionRecord(eviction.workload, eviction.namespace, eviction.pod, eviction.node, now))
-        self.evictions = self.evictions.with_evictions(records, now, d)
-
+                records.append(EvictionRecord(eviction.workload, eviction.namespace, eviction.pod, eviction.node,
+                                              found.at))
+        self.evictions = self.evictions.with_evictions(records, found.at, self.policy.descheduler)
 
     def _busy_history(self, world: World, start: int, end: int) -> list[dict[str, float]]:
         """Ticks `start` to `end`: each node's mean busy share, as the window's query reads it
@@ -526,6 +513,48 @@ class GpuBalancer(Stock):
                                                    for i, seen in gpus.items() if seen is not None]) else 0.0
                  for name, gpus in observed.items()}
                 for observed, readings in zip(world.gpu_util[start:end], world.gpu_readings[start:end])]
+
+
+class SimulatedTelemetry:
+    """What the descheduler reads, from the simulated world's exporters as a policy sees them
+    (`telemetry_lag` late): `descheduler.step.DeschedulerTelemetry`."""
+
+    where = "the simulated exporters"
+
+    def __init__(self, balancer: GpuBalancer, world: World) -> None:
+        self._balancer, self._world = balancer, world
+        d = balancer.policy.descheduler
+        self._steps = max(1, int(d.window_seconds / world.scenario.tick_seconds))
+        self._lag = telemetry_lag(world)
+        self._quantile = d.low_quantile
+
+    def _span(self, series: list) -> list:
+        """The window's ticks of one of the world's per-tick series, as seen `lag` late."""
+        return series[max(0, len(series) - self._lag - self._steps): len(series) - self._lag]
+
+    def snapshot(self) -> ClusterSnapshot:
+        return self._balancer.telemetry(self._world)[0]
+
+    def window(self) -> dict[str, WindowStats]:
+        world = self._world
+        history = self._balancer._busy_history(world, max(0, len(world.history) - self._lag - self._steps),
+                                               len(world.history) - self._lag)
+        found = {name: _window_stats([h[name] for h in history if name in h], self._steps, self._quantile)
+                 for name in world.nodes}
+        return {name: stats for name, stats in found.items() if stats}
+
+    def serving_window(self, snapshot: ClusterSnapshot) -> dict[tuple[str, str], SustainedServing]:
+        if not (self._balancer.reads_serving and self._balancer.moves_on_serving):
+            return {}
+        return self._balancer._serving_window(self._span(self._world.serving), self._steps, snapshot)
+
+    def throttle_window(self, fleet: FleetHeat) -> dict[str, WindowStats]:
+        if not any(node.throttled for node in fleet.nodes) or not self._world.gpu_readings:
+            return {}
+        readings = self._span(self._world.gpu_readings)
+        found = {name: _window_stats(_throttled_counts(readings, name), self._steps, self._quantile)
+                 for name in self._world.nodes}
+        return {name: stats for name, stats in found.items() if stats}
 
 
 class GpuBalancerServing(GpuBalancer):

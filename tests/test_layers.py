@@ -13,7 +13,7 @@ CLIENTS = ("requests", "urllib3", "httpx", "aiohttp", "kubernetes", "fastapi", "
 
 @pytest.mark.parametrize("module", ["scoring.heat", "scoring.placement", "scoring.policy", "scoring.series",
                                     "descheduler.plan", "descheduler.ledger", "descheduler.payback",
-                                    "descheduler.strategies", "descheduler.summary", "scoring.queries",
+                                    "descheduler.step", "descheduler.strategies", "descheduler.summary", "scoring.queries",
                                     "scoring.recording", "scoring.signals.registry", "sim.policies",
                                     "webhook.admit", "webhook.ledger"])
 def test_a_pure_module_loads_no_http_or_kubernetes_client(module):

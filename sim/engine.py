@@ -32,7 +32,8 @@ from scoring.policy import OptInPolicy, PlacementPolicy
 from sim.llm import world as serving_world
 from sim.llm.world import GpuReport, ServingState, ServingWorld
 from sim.scenario import PoolShape, Scenario
-from sim.scheduler import IMAGE_SIZE_ANNOTATION, NO_CONTEXT, ClusterContext, NodeState, claimed_devices, pod_key
+from sim.node_state import IMAGE_SIZE_ANNOTATION, NodeState, pod_key
+from sim.scheduler import NO_CONTEXT, ClusterContext, claimed_devices
 
 SERVICE_TIME_MS = 25.0
 CONTENTION = 0.6

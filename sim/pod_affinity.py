@@ -16,7 +16,7 @@ from sim.kube_match import Labels, Selector, everything, label_selector, nothing
 from sim.spread import MAX_SCORE, namespace_of, pod_labels
 
 if TYPE_CHECKING:
-    from sim.scheduler import NodeState
+    from sim.node_state import NodeState
 
 HARD_POD_AFFINITY_WEIGHT = 1
 
@@ -80,11 +80,6 @@ def terms_of(pod: Mapping[str, Any],
     required_affinity, preferred_affinity = parse("podAffinity")
     required_anti, preferred_anti = parse("podAntiAffinity")
     return PodTerms(required_affinity, required_anti, preferred_affinity, preferred_anti)
-
-
-def has_pod_affinity(pod: Mapping[str, Any]) -> bool:
-    affinity = as_dict(as_dict(pod.get("spec")).get("affinity"))
-    return bool(affinity.get("podAffinity") or affinity.get("podAntiAffinity"))
 
 
 class InterPodAffinity:

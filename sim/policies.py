@@ -29,7 +29,8 @@ from scoring.view import BOOKING_ANNOTATION, Binding
 from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
 from sim.llm.telemetry import MIB
 from sim.llm.world import GpuReport, ServingState, gpu_of_node
-from sim.scheduler import MAX_SCORE, WEIGHTS, NodeVerdict, choose, evaluate, pod_key, view_of
+from sim.node_state import pod_key
+from sim.scheduler import MAX_SCORE, WEIGHTS, NodeVerdict, choose, evaluate, view_of
 from webhook.admit import decide
 from webhook.cache import telemetry_of
 from webhook.ledger import SteeringLedger

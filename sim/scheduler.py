@@ -30,15 +30,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from descheduler.payback import IMAGE_BYTES_ANNOTATION
 from scoring.claims import EMPTY_BOOK, ClaimBook, book_from_objects, class_of, pod_claims
 from scoring.feasibility import NodeFacts, PodConstraints, taints_from, why_infeasible
 from scoring.policy import PlacementPolicy
 from scoring.view import ClusterView
 from scoring.workloads import as_dict, as_list
 from sim.kube_match import Labels, Selector, label_selector, node_selector_term, tolerates
-from sim.pod_affinity import InterPodAffinity, has_pod_affinity
-from sim.pod_requests import pod_requests, quantity
+from sim.node_state import NodeState, image_name, scored_requests
+from sim.pod_affinity import InterPodAffinity
+from sim.pod_requests import pod_requests
 from sim.spread import HOSTNAME, Constraint, Spread, constraints_of, namespace_of, pod_labels
 
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
@@ -49,70 +49,9 @@ MAX_SCORE = 100
 IMAGE_MIN_BYTES, IMAGE_MAX_BYTES = 23 * 2**20, 1000 * 2**20
 """ImageLocality's thresholds: below the minimum a cached image scores 0, above the maximum (per
 container) 100. Model-serving images are many GB, so a node that already has one scores 100."""
-IMAGE_SIZE_ANNOTATION = IMAGE_BYTES_ANNOTATION
-"""The size of the pod's image: the scheduler model's ImageLocality reads it where a real node
-lists its images in status.images; the descheduler's payback rule reads it as a real one would."""
 SYSTEM_DEFAULT_SPREAD = ((3, HOSTNAME), (5, "topology.kubernetes.io/zone"))
 """The scheduler's default ScheduleAnyway spread (maxSkew, key) for pods that declare none."""
 CONTROLLER_KINDS = ("Service", "ReplicationController", "ReplicaSet", "StatefulSet")
-
-
-@dataclass
-class NodeState:
-    """One node and what is placed on it (mutable: the simulator binds and evicts)."""
-
-    name: str
-    labels: dict[str, str]
-    allocatable: dict[str, float]
-    taints: list[dict] = field(default_factory=list)
-    unschedulable: bool = False
-    requested: Counter = field(default_factory=Counter)
-    non_zero_requested: Counter = field(default_factory=Counter)
-    """What scoring counts: cpu and memory with the non-zero defaults for containers requesting none."""
-    pods: dict[str, dict] = field(default_factory=dict)
-    """key "namespace/name" → pod object."""
-    affinity_pods: dict[str, dict] = field(default_factory=dict)
-    """The pods here with pod affinity or anti-affinity terms of their own."""
-    images: dict[str, int] = field(default_factory=dict)
-    """Images present on the node (status.images, or pulled by earlier pods) and their sizes in bytes."""
-    claimed: dict[str, Counter] = field(default_factory=dict)
-    """key → the DRA devices (deviceclass/<class> → count) bound with that pod."""
-
-    @staticmethod
-    def from_object(obj: Mapping[str, Any]) -> "NodeState":
-        metadata, spec, status = as_dict(obj.get("metadata")), as_dict(obj.get("spec")), as_dict(obj.get("status"))
-        labels = {k: str(v) for k, v in as_dict(metadata.get("labels")).items()}
-        images = {image_name(str(name)): int(quantity(as_dict(i).get("sizeBytes", 0)))
-                  for i in as_list(status.get("images")) for name in as_list(as_dict(i).get("names"))}
-        return NodeState(str(metadata.get("name", "")), labels,
-                         {k: quantity(v) for k, v in as_dict(status.get("allocatable")).items()},
-                         [t for t in as_list(spec.get("taints")) if isinstance(t, dict)], bool(spec.get("unschedulable")),
-                         images=images)
-
-    def bind(self, pod: dict, devices: Mapping[str, float] | None = None) -> None:
-        """Place the pod here; `devices` are the DRA devices its claims take (`claimed_devices`)."""
-        key = pod_key(pod)
-        self.pods[key] = pod
-        if has_pod_affinity(pod):
-            self.affinity_pods[key] = pod
-        self.requested.update(pod_requests(pod))
-        self.non_zero_requested.update(_scored(pod_requests(pod, non_zero=True)))
-        self.images.update(images_of(pod))
-        if devices:
-            self.claimed[key] = Counter(devices)
-            self.requested.update(devices)
-
-    def unbind(self, pod: dict) -> None:
-        key = pod_key(pod)
-        if self.pods.pop(key, None) is not None:
-            self.affinity_pods.pop(key, None)
-            self.requested.subtract(pod_requests(pod))
-            self.non_zero_requested.subtract(_scored(pod_requests(pod, non_zero=True)))
-            self.requested.subtract(self.claimed.pop(key, Counter()))
-
-
-def _scored(requests: Counter) -> Counter:
-    return Counter({r: requests[r] for r in ("cpu", "memory")})
 
 
 @dataclass(frozen=True)
@@ -180,23 +119,6 @@ def _why_claims_do_not_fit(pod: Mapping[str, Any], context: ClusterContext) -> A
         free = {r: allocatable[r] - int(node.requested[r]) for r in resources}
         return why_infeasible(wanted, NodeFacts(node.name, node.labels, (), False, allocatable), free)
     return check
-
-
-def image_name(name: str) -> str:
-    """As the scheduler keys images: a name without tag or digest means ':latest'."""
-    return name if name.rfind(":") > name.rfind("/") else f"{name}:latest"
-
-
-def images_of(pod: Mapping[str, Any]) -> dict[str, int]:
-    size = int(as_dict(as_dict(pod.get("metadata")).get("annotations")).get(IMAGE_SIZE_ANNOTATION, 0) or 0)
-    if not size:
-        return {}
-    return {image_name(str(as_dict(c).get("image", ""))): size for c in as_list(as_dict(pod.get("spec")).get("containers"))}
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    metadata = as_dict(pod.get("metadata"))
-    return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
 
 
 @dataclass(frozen=True)
@@ -393,7 +315,7 @@ def _scores(pod: Mapping[str, Any], need: Counter, feasible: list[NodeState], no
                  for p in as_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))]
     soft_tolerations = [t for t in tolerations if t.get("effect") in (None, "", "PreferNoSchedule")]
     resources = ("cpu", "memory") + (tuple(r for r in need if r.startswith("nvidia.com/")) if score_gpus else ())
-    non_zero = _scored(pod_requests(pod, non_zero=True)) + Counter({r: need[r] for r in resources[2:]})
+    non_zero = scored_requests(pod_requests(pod, non_zero=True)) + Counter({r: need[r] for r in resources[2:]})
     holders: Counter = Counter(image for n in nodes for image in n.images)
 
     if as_list(as_dict(pod.get("spec")).get("topologySpreadConstraints")):

@@ -18,7 +18,7 @@ from scoring.workloads import as_dict, as_list
 from sim.kube_match import Labels, Selector, label_selector, tolerates, with_label_keys
 
 if TYPE_CHECKING:
-    from sim.scheduler import NodeState
+    from sim.node_state import NodeState
 
 HOSTNAME = "kubernetes.io/hostname"
 MAX_SCORE = 100

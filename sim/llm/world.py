@@ -45,7 +45,7 @@ from sim.llm.engine import GPU_MEMORY_UTILIZATION, Knobs
 from sim.llm.hardware import Gpu, Model, gpu_of_product, model_named
 from sim.llm.profile import QUANTILES, ReplicaProfile, RequestMix, profile
 from sim.llm.telemetry import MIB
-from sim.scheduler import pod_key
+from sim.node_state import pod_key
 
 if TYPE_CHECKING:
     from sim.engine import SimPod, World

@@ -570,6 +570,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.calibration:
         scenario = replace(scenario, contention=replace(scenario.contention, scale=_calibrated_scale(args.calibration)))
     scenario = _with_contention_scale(scenario, args.contention_scale)
+    if args.scheduler_config:
+        scenario = replace(scenario, scheduler=_scheduler_profile(args.scheduler_config))
     if args.seeds is not None:
         return _simulate_seeds(args, scenario)
     if args.report:
@@ -591,6 +593,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.report:
         _write_report(args.report, scenario, {args.seed: results})
     return 0
+
+
+def _scheduler_profile(path: str):
+    """The profile a KubeSchedulerConfiguration file sets up, or UsageError saying what is wrong."""
+    from sim.scheduler_profile import ProfileError, profile_from_config
+
+    try:
+        return profile_from_config(read_text(path, "--scheduler-config"))
+    except ProfileError as error:
+        raise UsageError(f"--scheduler-config {path}: {error}") from None
 
 
 def _calibrated_scale(path: str) -> float:
@@ -681,9 +693,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
         check_quantities(pod, args.pod)
     except ValueError as error:
         raise UsageError(str(error)) from None
+    context = context_from_list(document, policy.placement)
+    if args.scheduler_config:
+        context = replace(context, profile=_scheduler_profile(args.scheduler_config))
     snapshot = read_snapshot(connect(policy.prometheus), policy) if args.prometheus_url else None
-    result = explain(pod, nodes, snapshot=snapshot, policy=policy, now=datetime.now(timezone.utc),
-                     context=context_from_list(document, policy.placement))
+    result = explain(pod, nodes, snapshot=snapshot, policy=policy, now=datetime.now(timezone.utc), context=context)
     print(json.dumps(result, indent=2) if args.output == "json" else as_table(result))
     return 0
 
@@ -923,6 +937,8 @@ def _add_simulator_commands(commands) -> None:
     simulate.add_argument("--calibration", metavar="FILE",
                           help="a fragment `calibrate` wrote: its contention.scale applies (before --contention-scale)")
     simulate.add_argument("--report", help="directory for report.html (pictures inlined), the PNGs and summary.md")
+    simulate.add_argument("--scheduler-config", metavar="FILE", help="a KubeSchedulerConfiguration: every "
+                          "policy's scheduler runs its default-scheduler profile (plugins off, weights changed)")
     simulate.set_defaults(handler=cmd_simulate)
 
     explain_cmd = commands.add_parser("explain", help="why would this pod land there? (scheduler model)")
@@ -931,6 +947,8 @@ def _add_simulator_commands(commands) -> None:
     explain_cmd.add_argument("--prometheus-url", help="with telemetry: also show the placement after the advice")
     explain_cmd.add_argument("--config", help="BalancerPolicy YAML file")
     explain_cmd.add_argument("--output", choices=("table", "json"), default="table")
+    explain_cmd.add_argument("--scheduler-config", metavar="FILE", help="a KubeSchedulerConfiguration: explain "
+                             "with its default-scheduler profile")
     explain_cmd.set_defaults(handler=cmd_explain)
 
     cal = commands.add_parser("calibrate", help="how much a node's contention slows its LLM replicas, from a "

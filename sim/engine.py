@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from descheduler.cluster import namespace_object
 from descheduler.payback import MODEL_BYTES_ANNOTATION
@@ -206,7 +206,8 @@ def build_world(scenario: Scenario, seed: int) -> World:
             # A MIG instance is a slice of a GPU; its server gets a slice of the host too.
             service.cpu = max(1, service.cpu // service.pool.instances_per_gpu)
             service.memory_gib = max(4, service.memory_gib // service.pool.instances_per_gpu)
-    world = World(scenario, rng, nodes, services, units=units, seed=seed)
+    world = World(scenario, rng, nodes, services, units=units, seed=seed,
+                  context=ClusterContext(profile=scenario.scheduler))
     if world.dra:
         _add_templates(world)
     return world
@@ -234,7 +235,8 @@ def _add_templates(world: World) -> None:
             "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                 "deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}}}}
     placement = PlacementPolicy()
-    world.context = ClusterContext(claims=book_from_objects(world.templates.values(), placement), placement=placement)
+    world.context = replace(world.context, claims=book_from_objects(world.templates.values(), placement),
+                            placement=placement)
 
 
 def _claim_gpus(pod: dict, device_class: str, count: int) -> None:

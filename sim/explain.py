@@ -94,6 +94,7 @@ def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | No
     pod that names ResourceClaims gets `claims`: how they were read (GPU devices counted, `All`,
     `firstAvailable`, allocated, not found)."""
     result = _shape(evaluate(pod, nodes, context=context))
+    result["profile"] = context.profile.describe()
     if (claims := pod_claims(pod, context.claims, context.placement)) is not None:
         result["claims"] = _claim_lines(claims)
     if snapshot is None:
@@ -130,7 +131,7 @@ def as_table(result: dict) -> str:
         return lines
 
     lines = [f"claims: {line}" for line in result.get("claims", ())]
-    lines += block("stock scheduler:", result)
+    lines += block(f"stock scheduler ({result['profile']}):", result)
     if "advised" in result:
         lines += ["", f"after gpu-balancer's advice ({result['advice']}):", *block("", result["advised"])[1:]]
     return "\n".join(lines)

@@ -30,7 +30,7 @@ from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
 from sim.llm.telemetry import MIB
 from sim.llm.world import GpuReport, ServingState, gpu_of_node
 from sim.node_state import pod_key
-from sim.scheduler import MAX_SCORE, WEIGHTS, NodeVerdict, choose, evaluate, view_of
+from sim.scheduler import MAX_SCORE, NodeVerdict, choose, evaluate, view_of
 from webhook.admit import decide
 from webhook.cache import telemetry_of
 from webhook.ledger import SteeringLedger
@@ -263,13 +263,13 @@ class LoadAware(Stock):
         missing = Counter()
         for _, node, predicted in self.recent:
             missing[node] += predicted
-        rescored = []
+        rescored, weights = [], world.context.profile.weights
         for v in verdicts:
             if not v.feasible:
                 rescored.append(v)
                 continue
             predicted = utilisation.get(v.name, 0.0) + self._predicted(world, pod, v.name) + missing[v.name]
-            kept = v.total - sum(WEIGHTS[p] * v.scores.get(p, 0.0) for p in self.replaced)
+            kept = v.total - sum(weights.get(p, 0) * v.scores.get(p, 0.0) for p in self.replaced)
             rescored.append(NodeVerdict(v.name, True, None, v.scores, kept + target_load_packing(predicted, self.target)))
         return choose(rescored, self.rng)
 

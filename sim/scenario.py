@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 import yaml
 
 from scoring.policy import PolicyError, decode_fields, yaml_problem
+from sim.scheduler_profile import DEFAULT_PROFILE, Profile
 
 
 DEFAULT_PRODUCT = "NVIDIA-H100-80GB-HBM3"
@@ -219,6 +220,8 @@ class Scenario:
     events: Events = field(default_factory=Events)
     serving: ServingShape = field(default_factory=ServingShape)
     contention: ContentionShape = field(default_factory=ContentionShape)
+    scheduler: Profile = DEFAULT_PROFILE
+    """The scheduler profile every policy's scheduler runs (`simulate --scheduler-config`)."""
 
     @property
     def llm(self) -> bool:

@@ -39,12 +39,11 @@ from sim.kube_match import Labels, Selector, label_selector, node_selector_term,
 from sim.node_state import NodeState, image_name, scored_requests
 from sim.pod_affinity import InterPodAffinity
 from sim.pod_requests import pod_requests
+from sim.scheduler_profile import DEFAULT_PROFILE, Profile
 from sim.spread import HOSTNAME, Constraint, Spread, constraints_of, namespace_of, pod_labels
 
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 """NodeUnschedulable lets a cordoned node through for a pod that tolerates this taint."""
-WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "PodTopologySpread": 2, "InterPodAffinity": 2,
-           "NodeResourcesFit": 1, "BalancedAllocation": 1, "ImageLocality": 1}
 MAX_SCORE = 100
 IMAGE_MIN_BYTES, IMAGE_MAX_BYTES = 23 * 2**20, 1000 * 2**20
 """ImageLocality's thresholds: below the minimum a cached image scores 0, above the maximum (per
@@ -67,6 +66,8 @@ class ClusterContext:
     """ResourceClaimTemplates and ResourceClaims, for DynamicResources."""
     placement: PlacementPolicy = field(default_factory=PlacementPolicy)
     """Which DeviceClasses are GPUs."""
+    profile: Profile = DEFAULT_PROFILE
+    """The scheduler's plugins and weights (`sim.scheduler_profile`)."""
 
     @staticmethod
     def from_objects(objects: list[Mapping[str, Any]], placement: PlacementPolicy | None = None) -> "ClusterContext":
@@ -269,26 +270,28 @@ def evaluate(pod: Mapping[str, Any], nodes: list[NodeState], *, score_gpus: bool
     pod_affinity_failure = pod_affinity.filter()
     claims_failure = _why_claims_do_not_fit(pod, context)
 
+    on = set(context.profile.filters)
     feasible: list[NodeState] = []
     failed: dict[str, str] = {}
     for node in nodes:
-        if node.unschedulable and not tolerates(UNSCHEDULABLE_TAINT, tolerations):
+        if "NodeUnschedulable" in on and node.unschedulable and not tolerates(UNSCHEDULABLE_TAINT, tolerations):
             reason = "NodeUnschedulable"
-        elif node_name and node_name != node.name:
+        elif "NodeName" in on and node_name and node_name != node.name:
             reason = "NodeName"
-        elif any(t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(t, tolerations) for t in node.taints):
+        elif "TaintToleration" in on and any(t.get("effect") in ("NoSchedule", "NoExecute")
+                                              and not tolerates(t, tolerations) for t in node.taints):
             reason = "TaintToleration"
-        elif not affinity_ok(node):
+        elif "NodeAffinity" in on and not affinity_ok(node):
             reason = "NodeAffinity"
-        elif wanted_ports and _ports_conflict(wanted_ports, node):
+        elif "NodePorts" in on and wanted_ports and _ports_conflict(wanted_ports, node):
             reason = "NodePorts"
-        elif _fit_failure(need, node):
+        elif "NodeResourcesFit" in on and _fit_failure(need, node):
             reason = "NodeResourcesFit"
-        elif not spread_passes(node):
+        elif "PodTopologySpread" in on and not spread_passes(node):
             reason = "PodTopologySpread"
-        elif pod_affinity_failure(node) is not None:
+        elif "InterPodAffinity" in on and pod_affinity_failure(node) is not None:
             reason = "InterPodAffinity"
-        elif claims_failure is not None and (why := claims_failure(node)) is not None:
+        elif "DynamicResources" in on and claims_failure is not None and (why := claims_failure(node)) is not None:
             reason = why
         else:
             feasible.append(node)
@@ -297,13 +300,14 @@ def evaluate(pod: Mapping[str, Any], nodes: list[NodeState], *, score_gpus: bool
 
     scores = _scores(pod, need, feasible, nodes, node_affinity, tolerations, spread, pod_affinity, context,
                      score_gpus=score_gpus)
+    weights = context.profile.weights
     verdicts = []
     for node in nodes:
         if node.name in failed:
             verdicts.append(NodeVerdict(node.name, False, failed[node.name], {}, 0.0))
         else:
-            mine = {plugin: float(scores[plugin][node.name]) for plugin in WEIGHTS}
-            verdicts.append(NodeVerdict(node.name, True, None, mine, sum(WEIGHTS[p] * s for p, s in mine.items())))
+            mine = {plugin: float(scores[plugin][node.name]) for plugin in weights}
+            verdicts.append(NodeVerdict(node.name, True, None, mine, sum(weights[p] * s for p, s in mine.items())))
     return verdicts
 
 

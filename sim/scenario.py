@@ -283,6 +283,9 @@ def load_scenario(text: str) -> Scenario:
                           "see README, \"Simulating your fleet\")")
     if not isinstance(document, dict):
         raise PolicyError(f"scenario must be a YAML mapping of fields, got a {type(document).__name__}")
+    if "scheduler" in document:  # read from a real KubeSchedulerConfiguration, where it is checked
+        raise PolicyError("scheduler: give the scheduler's profile as a KubeSchedulerConfiguration file, "
+                          "with simulate --scheduler-config")
     scenario = decode_fields(Scenario, document, path="")
     names = [p.name for p in scenario.fleet.pool_shapes()]
     if len(set(names)) != len(names):

@@ -90,3 +90,11 @@ def test_explain_and_simulate_take_a_scheduler_configuration(tmp_path):
                              timeout=60)
     assert refused.returncode == 2 and "VolumeBinding is left out of the model" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_a_scenario_file_does_not_take_a_profile_of_its_own():
+    from scoring.policy import PolicyError
+    from sim.scenario import load_scenario
+
+    with pytest.raises(PolicyError, match="--scheduler-config"):
+        load_scenario("name: mine\nscheduler: {filters: [NodeName]}")

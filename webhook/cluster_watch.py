@@ -1,13 +1,12 @@
-"""The webhook's cluster view: paginated list then watch of Nodes and Pods, and of DRA's
-ResourceSlices, ResourceClaims and ResourceClaimTemplates, through the Kubernetes API (I/O), kept
-to what placement needs and frozen into a `ClusterView` on each refresh.
+"""The webhook's cluster view: Nodes and Pods, and DRA's ResourceSlices, ResourceClaims and
+ResourceClaimTemplates, kept to what placement needs and frozen into a `ClusterView` on each
+refresh (I/O through `webhook.list_watch`, which lists and watches them).
 
-One background thread per kind, never on the admission path. Each lists in pages
-(`limit`/`continue`), then watches from the list's `resourceVersion` with bookmarks, resumes from
-the last version it saw when a stream ends or drops, relists when the server answers 410 Gone
-(an ERROR event in the stream, the HTTP status, or a list's continue token expired), waits as told
-on 429 Too Many Requests (Retry-After), and backs off on errors. Pods are listed bound and non-terminal only (a field selector), so a
-pod's binding arrives as its first event; each binding is handed to `on_binding` (the ledger).
+One background thread per kind (`webhook.list_watch.ListWatch`), never on the admission path:
+listed in pages, then watched with bookmarks, relisted on 410 Gone, slowed by 429s, backed off on
+errors. This module is what is made of what it hands over. Pods are listed bound and non-terminal
+only (a field selector), so a pod's binding arrives as its first event; each binding is handed to
+`on_binding` (the ledger).
 
 Without API access (403, API down) `freeze` returns None and the webhook advises on telemetry
 alone; each change of state is logged once and counted. The DRA kinds are optional: where the
@@ -17,18 +16,16 @@ count as empty, which is logged once, and the view goes on with Nodes and Pods.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 
 from scoring.claims import (ClaimBook, ClaimNeed, DeviceInventory, HeldDevices, PublishedSlice, allocated_devices,
                             class_of, inventory_from_slices, pod_claims, published_slice, resource_claim_need,
@@ -37,6 +34,7 @@ from scoring.feasibility import NodeFacts, node_facts
 from scoring.policy import PlacementPolicy
 from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView, node_with_devices
 from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request
+from webhook.list_watch import ListWatch
 
 log = logging.getLogger("gpu_balancer.webhook.cluster")
 
@@ -83,23 +81,6 @@ def slim(obj: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": kept_metadata, "spec": kept_spec, "status": kept_status}
 
 
-class Gone(Exception):
-    """The resourceVersion is too old (410): relist."""
-
-
-MAX_RETRY_AFTER_SECONDS = 60.0
-"""The longest a Retry-After is honoured: a longer one (or a date) waits this long."""
-
-
-def _retry_after(error: ApiException, fallback: float) -> float:
-    """The seconds a 429's Retry-After asks for (at most `MAX_RETRY_AFTER_SECONDS`), else `fallback`."""
-    value = (getattr(error, "headers", None) or {}).get("Retry-After", "")
-    try:
-        return min(MAX_RETRY_AFTER_SECONDS, max(0.0, float(value)))
-    except (TypeError, ValueError):
-        return fallback if not value else MAX_RETRY_AFTER_SECONDS
-
-
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -130,17 +111,11 @@ class ClusterWatch:
                  clock: Callable[[], datetime] = _utcnow, page_size: int = 500, watch_seconds: int = 300,
                  request_timeout: float = 30.0, backoff: tuple[float, float] = (0.5, 30.0),
                  grace_seconds: float = 60.0, recent_seconds: float = 120.0) -> None:
-        self._core = client.CoreV1Api(api)
-        self._resource = client.ResourceV1Api(api)
         self._policy = policy
         self._on_binding = on_binding
         self._on_release = on_release
         self._on_state = on_state
         self._clock = clock
-        self._page = page_size
-        self._watch_seconds = watch_seconds
-        self._timeout = request_timeout
-        self._backoff = backoff
         self._grace = timedelta(seconds=grace_seconds)
         self._recent = timedelta(seconds=recent_seconds)
         self._lock = threading.Lock()
@@ -163,12 +138,19 @@ class ClusterWatch:
         self.absent: dict[str, str] = {}
         """DRA kinds counted as empty, and why (not served, not granted)."""
         self._state = "starting"
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
         self._frozen: ClusterView | None = None
         self._dirty = True
-        self.relists = Counter(dict.fromkeys(kinds, 0))
-        """Lists made, by kind: the first, and one after each 410 Gone (keys fixed: read by /metrics)."""
+        core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+
+        def bound_pods(**kwargs: Any) -> Any:
+            return core.list_pod_for_all_namespaces(field_selector=BOUND_PODS, **kwargs)
+
+        self._list_watch = ListWatch(
+            {"nodes": core.list_node, "pods": bound_pods, "resourceslices": resource.list_resource_slice,
+             "resourceclaims": resource.list_resource_claim_for_all_namespaces,
+             "resourceclaimtemplates": resource.list_resource_claim_template_for_all_namespaces},
+            self, optional=DRA_KINDS, shape=slim, page_size=page_size, watch_seconds=watch_seconds,
+            request_timeout=request_timeout, backoff=backoff, optional_retry_seconds=OPTIONAL_RETRY_SECONDS)
 
     # -- the view -----------------------------------------------------------------------------
 
@@ -218,87 +200,21 @@ class ClusterWatch:
                 held.setdefault(node, {}).update({r: n for r, n in devices.items() if n})
         return ClusterView(nodes, held, frozenset(self._pods), now, ClaimBook(dict(self._templates), dict(self._claims)))
 
-    # -- running ------------------------------------------------------------------------------
+    # -- running (the list/watch is `webhook.list_watch`; these are its callbacks) -----------
 
     def start(self) -> None:
-        for kind in CORE_KINDS + DRA_KINDS:
-            thread = threading.Thread(target=self._run, args=(kind,), name=f"watch-{kind}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._list_watch.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=2)
+        self._list_watch.stop()
 
-    def _run(self, kind: str) -> None:
-        delay = self._backoff[0]
-        version: str | None = None
-        while not self._stop.is_set():
-            try:
-                if version is None:
-                    version = self._list(kind)
-                    self._set_failing(kind, None)
-                version = self._watch(kind, version)
-                delay = self._backoff[0]
-            except Exception as error:  # noqa: BLE001 - any failure: back off and resume, never die
-                if isinstance(error, Gone) or (isinstance(error, ApiException) and error.status == 410):
-                    log.info("%s watch: resourceVersion %s expired (410 Gone): relisting", kind, version)
-                    version = None
-                    continue
-                if isinstance(error, ApiException) and error.status == 429:
-                    # API priority and fairness: wait as told, then go on from where it stood.
-                    wait = _retry_after(error, delay)
-                    log.info("%s: the API server asks to slow down (429); retrying in %.0f s", kind, wait)
-                    self._stop.wait(wait)
-                    delay = min(self._backoff[1], delay * 2)
-                    continue
-                if kind in DRA_KINDS and isinstance(error, ApiException) and error.status in (403, 404):
-                    self._mark_absent(kind, "not served by this cluster" if error.status == 404 else "not granted")
-                    version = None
-                    self._stop.wait(OPTIONAL_RETRY_SECONDS)
-                    continue
-                self._set_failing(kind, error)
-                self._stop.wait(delay)
-                delay = min(self._backoff[1], delay * 2)
+    @property
+    def relists(self) -> Counter:
+        """Lists made, by kind: the first, and one after each 410 Gone (keys fixed: read by /metrics)."""
+        return self._list_watch.relists
 
-    def _mark_absent(self, kind: str, why: str) -> None:
-        with self._lock:
-            if self.absent.get(kind) != why:
-                log.warning("cluster view: %s %s; DRA pods claiming through them are not counted", kind, why)
-            self.absent[kind] = why
-            self._clear_dra(kind)
-            self._synced[kind] = True
-            self._failing_since[kind] = None
-            self._dirty = True
-
-    def _call(self, kind: str, **kwargs: Any) -> Any:
-        method = {"nodes": self._core.list_node, "pods": self._core.list_pod_for_all_namespaces,
-                  "resourceslices": self._resource.list_resource_slice,
-                  "resourceclaims": self._resource.list_resource_claim_for_all_namespaces,
-                  "resourceclaimtemplates": self._resource.list_resource_claim_template_for_all_namespaces}[kind]
-        if kind == "pods":
-            kwargs["field_selector"] = BOUND_PODS
-        return method(_preload_content=False, **kwargs)
-
-    def _list(self, kind: str) -> str:
-        """List every page, then replace the kind's state at once; returns the list's version."""
-        token: str | None = None
-        objects: list[dict[str, Any]] = []
-        while True:
-            response = self._call(kind, limit=self._page, _continue=token,
-                                  _request_timeout=self._timeout)
-            try:
-                document = json.loads(response.data)
-            except ValueError:
-                raise RuntimeError(f"{kind} list: the API answered something that is not JSON") from None
-            # Slimmed page by page: one page of whole objects is held at a time, not the list.
-            objects.extend(slim(o) for o in as_list(document.get("items")) if isinstance(o, dict))
-            metadata = as_dict(document.get("metadata"))
-            token = metadata.get("continue") or None
-            if token is None:
-                version = str(metadata.get("resourceVersion", ""))
-                break
+    def on_list(self, kind: str, objects: list[dict[str, Any]]) -> None:
+        """Replace the kind's state at once with a full list."""
         now = self._clock()
         with self._lock:
             if kind == "nodes":
@@ -315,43 +231,21 @@ class ClusterWatch:
             self.absent.pop(kind, None)
             self._synced[kind] = True
             self._dirty = True
-        self.relists[kind] += 1
-        return version
 
-    def _watch(self, kind: str, version: str) -> str:
-        response = self._call(kind, watch=True, resource_version=version, allow_watch_bookmarks=True,
-                              timeout_seconds=self._watch_seconds,
-                              _request_timeout=(self._timeout, self._watch_seconds + self._timeout))
-        self._set_failing(kind, None)
-        try:
-            for event in self._events(response):
-                if self._stop.is_set():
-                    break
-                kind_of_event = event.get("type")
-                obj = slim(as_dict(event.get("object")))
-                if kind_of_event == "ERROR":
-                    if obj.get("code") == 410:
-                        raise Gone()
-                    raise RuntimeError(f"{kind} watch error: {str(obj.get('message', obj))[:200]}")
-                version = str(as_dict(obj.get("metadata")).get("resourceVersion", version))
-                if kind_of_event == "BOOKMARK":
-                    continue
-                with self._lock:
-                    self._apply(kind, str(kind_of_event), obj, self._clock())
-                    self._dirty = True
-        finally:
-            response.release_conn()
-        return version
+    def on_event(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            self._apply(kind, event, obj, self._clock())
+            self._dirty = True
 
-    @staticmethod
-    def _events(response: Any) -> Iterator[dict[str, Any]]:
-        for line in iter_resp_lines(response):
-            try:
-                event = json.loads(line)
-            except ValueError:
-                raise RuntimeError("watch stream sent a line that is not JSON") from None
-            if isinstance(event, dict):
-                yield event
+    def on_absent(self, kind: str, why: str) -> None:
+        with self._lock:
+            if self.absent.get(kind) != why:
+                log.warning("cluster view: %s %s; DRA pods claiming through them are not counted", kind, why)
+            self.absent[kind] = why
+            self._clear_dra(kind)
+            self._synced[kind] = True
+            self._failing_since[kind] = None
+            self._dirty = True
 
     # -- applying objects (under the lock) ----------------------------------------------------
 
@@ -446,7 +340,7 @@ class ClusterWatch:
                 return _parse_time(condition.get("lastTransitionTime"))
         return None
 
-    def _set_failing(self, kind: str, error: Exception | None) -> None:
+    def on_failing(self, kind: str, error: Exception | None) -> None:
         with self._lock:
             self._failing_since[kind] = None if error is None else (self._failing_since[kind] or self._clock())
             if error is None:

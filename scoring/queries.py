@@ -7,11 +7,11 @@ from collections.abc import Callable, Sequence
 
 from scoring import dcgm
 from scoring.signals import registry as signals
+from scoring.signals.base import BY_NODE as _NODE, BY_UNIT
 from scoring.policy import BalancerPolicy
 from scoring.rows import selector
 from scoring.series import EXPORTER_HINTS, ksm_label_name
 
-_NODE = ", ".join(dcgm.NODE_LABEL_CANDIDATES)
 _WORKLOAD = ("exported_pod, exported_namespace, exported_container, pod, namespace, container, job, service, "
              "dra_claim_name")
 """The pod labels, the target labels that tell the exporter's own pod from a workload, and the
@@ -38,7 +38,7 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, busy: dcgm.BusyM
     Prometheus two joins over every GPU.)
     """
     per_unit = f"{_NODE}, gpu, GPU_I_ID, GPU_I_PROFILE, modelName, {_WORKLOAD}"
-    unit = f"{_NODE}, gpu, GPU_I_ID"
+    unit = BY_UNIT
     per_gpu = f"max by (__name__, {unit})"
     summed = f'__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}|{dcgm.POWER_USAGE}"'
     framebuffer = f'__name__=~"{dcgm.FB_USED}|{dcgm.FB_FREE}"'
@@ -103,7 +103,7 @@ def replacement_records(matchers: str, *, busy: dcgm.BusyMeasure, recorded: Call
     other (their memory is unknown), in place of both counts for every node.
     """
     per_unit = f"{_NODE}, gpu, GPU_I_ID, GPU_I_PROFILE, modelName, {_WORKLOAD}"
-    unit = f"{_NODE}, gpu, GPU_I_ID"
+    unit = BY_UNIT
     copies = recorded("unit_copies")
     # A MIG-enabled GPU: grouped without GPU_I_ID, it matches exactly its own row's key (GPU_I_ID
     # empty) `on (unit)`, and selecting instance rows is cheap where there are none.
@@ -153,7 +153,7 @@ def per_node_util(matchers: str, busy: dcgm.BusyMeasure) -> str:
     snapshot reads a unit: its preferred gauge, else the next it reports (GPU_UTIL alone where no
     profiling gauge is preferred)."""
     first, *rest = _scaled(busy, matchers)
-    either = f" or on ({_NODE}, gpu, GPU_I_ID) "
+    either = f" or on ({BY_UNIT}) "
     util = first if busy.gauge is None else f"(({first}){either}{either.join(rest)})"
     return f"avg by ({_NODE}) (clamp({util}, 0, 100))"
 
@@ -179,6 +179,6 @@ def throttle_window_queries(matchers: str, *, window_seconds: float, step_second
                             ) -> dict[str, str]:
     """Per node over the window: how many GPUs a power cap or heat held below their clocks (a step
     where none was has no sample, so `samples` counts the throttled steps)."""
-    reasons = f"max by ({_NODE}, gpu, GPU_I_ID) ({selector(dcgm.CLOCK_THROTTLE_REASONS, matchers)})"
+    reasons = f"max by ({BY_UNIT}) ({selector(dcgm.CLOCK_THROTTLE_REASONS, matchers)})"
     held = dcgm.reason_bits_set(reasons, dcgm.POWER_CAP_REASONS + dcgm.HEAT_REASONS)
     return _over_time(f"(count by ({_NODE}) ({held}))[{int(window_seconds)}s:{int(step_seconds)}s]", quantile)

@@ -279,7 +279,7 @@ def _replayed_run(args: argparse.Namespace):
         raise UsageError(str(error.args[0])) from None
     if not scenario.llm:
         raise UsageError(f"scenario {args.scenario!r} has no serving world (serving.model): choose one of "
-                         f"{_serving_worlds()}")
+                         f"{_built_in_scenarios(llm_only=True)}")
     scenario = _with_contention_scale(scenario, args.contention_scale)
     print(f"simulating {scenario.name} (seed {args.seed}, {scenario.hours:g} h) to replay it...", file=sys.stderr,
           flush=True)
@@ -290,11 +290,6 @@ def _replayed_run(args: argparse.Namespace):
         return int((time.monotonic() - started) * args.speed / scenario.tick_seconds) % count
 
     return world, now
-
-
-def _serving_worlds() -> str:
-    """The built-in scenarios whose replicas are LLM servers."""
-    return _built_in_scenarios(llm_only=True)
 
 
 def _built_in_scenarios(*, llm_only: bool = False) -> str:
@@ -323,7 +318,7 @@ def _with_contention_scale(scenario, scale: float | None):
 
 def _add_replay_arguments(parser: argparse.ArgumentParser, serves: str) -> None:
     parser.add_argument("--scenario", help=f"serve {serves} of a simulated serving-world scenario "
-                        f"({_serving_worlds()}) as its run goes, under the stock scheduler")
+                        f"({_built_in_scenarios(llm_only=True)}) as its run goes, under the stock scheduler")
     parser.add_argument("--speed", type=speed_factor, default=1.0,
                         help="with --scenario: simulated seconds replayed each second (1: real time)")
     parser.add_argument("--contention-scale", type=float, metavar="X", help="with --scenario: its contention.scale")

@@ -26,6 +26,8 @@ POWER_CAP_REASONS = (0x4, 0x80)
 HEAT_REASONS = (0x8, 0x20, 0x40)
 """Clock-event bits that mean heat (or a slowdown the hardware asserts) holds them down: HW
 slowdown, SW thermal, HW thermal."""
+HELD_DOWN_REASONS = POWER_CAP_REASONS + HEAT_REASONS
+"""Either: what the descheduler's throttling window counts."""
 
 
 def has_reason(reasons: int, bits: tuple[int, ...]) -> bool:

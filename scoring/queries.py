@@ -180,5 +180,5 @@ def throttle_window_queries(matchers: str, *, window_seconds: float, step_second
     """Per node over the window: how many GPUs a power cap or heat held below their clocks (a step
     where none was has no sample, so `samples` counts the throttled steps)."""
     reasons = f"max by ({BY_UNIT}) ({selector(dcgm.CLOCK_THROTTLE_REASONS, matchers)})"
-    held = dcgm.reason_bits_set(reasons, dcgm.POWER_CAP_REASONS + dcgm.HEAT_REASONS)
+    held = dcgm.reason_bits_set(reasons, dcgm.HELD_DOWN_REASONS)
     return _over_time(f"(count by ({_NODE}) ({held}))[{int(window_seconds)}s:{int(step_seconds)}s]", quantile)

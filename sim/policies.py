@@ -93,10 +93,16 @@ _PROFILED = {dcgm.GR_ENGINE_ACTIVE: "sm_active", dcgm.SM_ACTIVE: "sm_active", dc
 """Which of a `GpuReport`'s profiling fields each busy gauge reads."""
 
 
+def _reads_kernel_share(busy: dcgm.BusyMeasure) -> bool:
+    """Whether `busy` reads what the world's GPU_UTIL reading is: GPU_UTIL itself, or
+    GR_ENGINE_ACTIVE at full scale (the same kernel share in this model)."""
+    return busy.gauge is None or (busy.gauge == dcgm.GR_ENGINE_ACTIVE and busy.full_scale == 1)
+
+
 def _busy_share(util: float, report: GpuReport, busy: dcgm.BusyMeasure) -> float:
-    """A GPU's busy share as `busy` reads it: the exporter's GPU_UTIL reading (GR_ENGINE_ACTIVE is
-    the same kernel share) unless another profiling gauge, or another full scale, is asked for."""
-    if busy.gauge is None or (busy.gauge == dcgm.GR_ENGINE_ACTIVE and busy.full_scale == 1):
+    """A GPU's busy share as `busy` reads it: the exporter's GPU_UTIL reading unless another
+    profiling gauge, or another full scale, is asked for."""
+    if _reads_kernel_share(busy):
         return util
     return min(100.0, 100.0 * getattr(report, _PROFILED[busy.gauge]) / busy.full_scale)
 
@@ -117,7 +123,8 @@ def _served_samples(world: World, lag: int, busy: dcgm.BusyMeasure) -> list[GpuS
             report = readings[name][index]
             samples.append(GpuSample(node=name, gpu=str(index), uuid=f"GPU-{name}-{index}", model=model,
                                      pci_bus_id=f"00000000:{0x18 + index:02X}:00.0",
-                                     util_percent=_busy_share(util, report, busy), fb_used_mib=report.fb_used_mib, fb_free_mib=memory_mib - report.fb_used_mib,
+                                     util_percent=_busy_share(util, report, busy), fb_used_mib=report.fb_used_mib,
+                                     fb_free_mib=memory_mib - report.fb_used_mib,
                                      temperature_c=report.temperature_c, power_w=report.power_w,
                                      clock_reasons=report.clock_reasons,
                                      pod=PodRef(*key.split("/", 1)) if key else None))
@@ -508,7 +515,7 @@ class GpuBalancer(Stock):
         """Ticks `start` to `end`: each node's mean busy share, as the window's query reads it
         under the policy's busy gauge (the world's own history where that is GPU_UTIL's reading)."""
         busy = self.policy.telemetry.busy
-        if not world.scenario.llm or busy.gauge is None or busy == dcgm.BusyMeasure():
+        if not world.scenario.llm or _reads_kernel_share(busy):
             return world.history[start:end]
         return [{name: fmean(shares) if (shares := [_busy_share(seen[0], readings[name][i], busy)
                                                    for i, seen in gpus.items() if seen is not None]) else 0.0
@@ -529,17 +536,20 @@ class SimulatedTelemetry:
         self._lag = telemetry_lag(world)
         self._quantile = d.low_quantile
 
+    def _ticks(self, length: int) -> tuple[int, int]:
+        """The window's ticks (start, end) of a per-tick series that long, as seen `lag` late."""
+        return max(0, length - self._lag - self._steps), length - self._lag
+
     def _span(self, series: list) -> list:
-        """The window's ticks of one of the world's per-tick series, as seen `lag` late."""
-        return series[max(0, len(series) - self._lag - self._steps): len(series) - self._lag]
+        start, end = self._ticks(len(series))
+        return series[start:end]
 
     def snapshot(self) -> ClusterSnapshot:
         return self._balancer.telemetry(self._world)[0]
 
     def window(self) -> dict[str, WindowStats]:
         world = self._world
-        history = self._balancer._busy_history(world, max(0, len(world.history) - self._lag - self._steps),
-                                               len(world.history) - self._lag)
+        history = self._balancer._busy_history(world, *self._ticks(len(world.history)))
         found = {name: _window_stats([h[name] for h in history if name in h], self._steps, self._quantile)
                  for name in world.nodes}
         return {name: stats for name, stats in found.items() if stats}
@@ -578,8 +588,7 @@ def _window_stats(values: list[float], steps: int, quantile: float) -> WindowSta
 def _throttled_counts(readings: list[dict[str, dict[int, GpuReport]]], node: str) -> list[float]:
     """Per tick, how many of the node's GPUs a power cap or heat held down; a tick with none has
     no sample, as `count by` returns no series then."""
-    held = dcgm.POWER_CAP_REASONS + dcgm.HEAT_REASONS
-    counts = (sum(dcgm.has_reason(r.clock_reasons, held) for r in tick.get(node, {}).values()) for tick in readings)
+    counts = (sum(dcgm.has_reason(r.clock_reasons, dcgm.HELD_DOWN_REASONS) for r in tick.get(node, {}).values()) for tick in readings)
     return [float(c) for c in counts if c]
 
 

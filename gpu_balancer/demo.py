@@ -40,7 +40,7 @@ from scoring.prometheus import SnapshotReader, TelemetryError, connect
 from scoring.series import series_from_families, snapshot_from_readings
 from scoring.telemetry import GpuSample
 from sim.dcgm_text import render_exposition
-from sim.engine import (SimPod, World, bind, build_world, cluster_objects, delete_pod, measure, service_pod,
+from sim.engine import (bind, build_world, cluster_objects, delete_pod, measure, service_pod,
                         step_workloads)
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.policies import Stock, make_policy, observed_samples
@@ -49,6 +49,7 @@ from sim.run import compare, weighted_quantile
 from sim.scenario import FleetShape, InferenceShape, Scenario, named
 from sim.scheduler import choose, evaluate
 from sim.seeds import aggregate
+from sim.world_state import SimPod, World
 from webhook.app import create_app
 from webhook.cache import SnapshotCache, assessing
 from webhook.review import patched, pod_review

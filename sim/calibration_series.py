@@ -9,7 +9,7 @@ import random
 from collections import defaultdict
 
 from scoring.calibration import Channels, Frame, GpuReading, NodeFrame, ReplicaReading
-from sim.engine import World
+from sim.world_state import World
 from sim.llm.world import gpu_of_node, tdp_w
 from sim.policies import Stock
 from sim.run import run_policy

@@ -23,127 +23,26 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from descheduler.cluster import namespace_object
 from descheduler.payback import MODEL_BYTES_ANNOTATION
 from scoring.claims import book_from_objects, class_of, class_resource
 from scoring.policy import OptInPolicy, PlacementPolicy
+from sim.cluster_context import ClusterContext
 from sim.llm import world as serving_world
-from sim.llm.world import GpuReport, ServingState, ServingWorld
-from sim.scenario import PoolShape, Scenario
+from sim.llm.state import ServingState
 from sim.node_state import IMAGE_SIZE_ANNOTATION, NodeState, pod_key
-from sim.scheduler import NO_CONTEXT, ClusterContext, claimed_devices
+from sim.plugins.dynamic_resources import claimed_devices
+from sim.scenario import PoolShape, Scenario
+from sim.world_state import BURST, Service, SimPod, TickSample, World, demand_now, gpu_count
 
-SERVICE_TIME_MS = 25.0
 CONTENTION = 0.6
 """Speed lost per unit of node load above `CONTENTION_FROM` (shared PCIe, host CPU, power budget)."""
 CONTENTION_FROM = 0.4
-BURST = 1.5
-"""Traffic multiplier during a service's burst (10 minutes)."""
 P99_FACTOR = math.log(100)
 P95_FACTOR = math.log(20)
 NAMESPACE = "inference"
-
-
-@dataclass
-class Service:
-    name: str
-    demand: float
-    """Mean demand in fully-busy GPUs."""
-    phase: float
-    min_replicas: int
-    max_replicas: int
-    cpu: int
-    memory_gib: int
-    template_hash: str
-    image_bytes: int = 15 * 2**30
-    """Model-serving images carry weights: many GB, which is what makes ImageLocality pull replicas together."""
-    burst_until: int = -1
-    serial: int = 0
-    pool: PoolShape | None = None
-    """The pool its pods are pinned to by nodeSelector (tolerating its taints), or None."""
-    service_time_ms: float = SERVICE_TIME_MS
-    latency_contention: float = 1.0
-    """Multiplier on `CONTENTION` for its latency (1 for tolerant services)."""
-    host_load: float = 0.0
-    """Host-side load its replicas add to their node per unit of GPU load (`twinHostLoad`)."""
-
-    @property
-    def sensitive(self) -> bool:
-        return self.latency_contention > 1.0
-
-
-@dataclass
-class SimPod:
-    obj: dict
-    service: str | None
-    training_job: str | None = None
-    node: str | None = None
-    created_tick: int = 0
-    load: float = 0.0
-    """Share of a fully busy GPU it serves, per GPU."""
-    claimed_units: int = 0
-    """GPU units its ResourceClaim asks for (DRA fleets; device-plugin pods say so in their limits)."""
-    ready_at: float = 0.0
-    """Seconds of simulated time from which it serves (the serving world: after pull, load and start)."""
-
-
-@dataclass
-class TickSample:
-    node_util: dict[str, float]
-    pending: int
-    latencies: list[tuple[float, float]]
-    """(p99 ms, request weight) per serving replica."""
-    even_load_latencies: list[tuple[float, float]]
-    """The same, had every node carried the fleet's mean load (the limit of balancing)."""
-    sensitive_latencies: list[tuple[float, float]] = field(default_factory=list)
-    """`latencies` of the latency-sensitive services' replicas only."""
-
-
-@dataclass
-class World:
-    """Mutable cluster state for one policy's run."""
-
-    scenario: Scenario
-    rng: random.Random
-    nodes: dict[str, NodeState]
-    services: dict[str, Service]
-    pods: dict[str, SimPod] = field(default_factory=dict)
-    tick: int = 0
-    evictions: int = 0
-    history: list[dict[str, float]] = field(default_factory=list)
-    """True per-node utilisation per tick (what telemetry reports, later)."""
-    gpu_util: list[dict[str, dict[int, tuple[float, str | None]]]] = field(default_factory=list)
-    down: dict[str, int] = field(default_factory=dict)
-    jobs: dict[str, dict] = field(default_factory=dict)
-    units: dict[str, int] = field(default_factory=dict)
-    """Schedulable GPU units per node: GPUs, or MIG instances on a MIG pool."""
-    serving: list[dict[str, ServingState]] = field(default_factory=list)
-    """Per tick, when replicas export serving series: pod key → what their server reports."""
-    context: ClusterContext = NO_CONTEXT
-    """The claim templates of a DRA fleet, for the scheduler model's DynamicResources."""
-    templates: dict[tuple[str, str], dict] = field(default_factory=dict)
-    """(namespace, name) → ResourceClaimTemplate object, for the listing (`cluster_objects`)."""
-    seed: int = 0
-    gpu_readings: list[dict[str, dict[int, GpuReport]]] = field(default_factory=list)
-    """Per tick in the serving world: node → GPU index → what dcgm-exporter reports of it."""
-    llm: ServingWorld = field(default_factory=ServingWorld)
-    """The serving world's own state (unused while `scenario.llm` is off)."""
-
-    @property
-    def dra(self) -> bool:
-        return self.scenario.inference.claims == "dra"
-
-    @property
-    def now_seconds(self) -> float:
-        return self.tick * self.scenario.tick_seconds
-
-    def pending(self) -> list[SimPod]:
-        return [p for p in self.pods.values() if p.node is None]
-
-    def running(self, service: str) -> list[SimPod]:
-        return [p for p in self.pods.values() if p.service == service and p.node is not None]
 
 
 def _pool_nodes(scenario: Scenario) -> list[tuple[str, PoolShape, int]]:
@@ -385,13 +284,6 @@ def _dra_objects(world: World) -> list[dict]:
     return objects
 
 
-def demand_now(world: World, service: Service) -> float:
-    hours = world.now_seconds / 3600
-    diurnal = 1 + world.scenario.inference.diurnal_amplitude * math.sin(2 * math.pi * hours / 24 * 4 + service.phase)
-    burst = BURST if world.tick < service.burst_until else 1.0
-    return service.demand * diurnal * burst
-
-
 def step_workloads(world: World) -> None:
     """Traffic, autoscaling, rollouts, bursts, training jobs and node failures for one tick."""
     sc, rng, tick = world.scenario, world.rng, world.tick
@@ -472,14 +364,6 @@ def recreate(world: World, pod: SimPod) -> None:
         pod.obj["metadata"] = {**pod.obj["metadata"], "name": name}
         pod.node = None
         world.pods[pod_key(pod.obj)] = pod
-
-
-def gpu_count(pod: SimPod) -> int:
-    """GPU units the pod holds: GPUs, or MIG instances."""
-    if pod.claimed_units:
-        return pod.claimed_units
-    limits = pod.obj["spec"]["containers"][0]["resources"]["limits"]
-    return sum(int(float(v)) for r, v in limits.items() if r.startswith("nvidia.com/"))
 
 
 def measure(world: World) -> TickSample:

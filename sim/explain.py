@@ -15,7 +15,10 @@ from scoring.claims import PodClaims, class_of, devices_from_objects, pod_claims
 from scoring.policy import BalancerPolicy, PlacementPolicy
 from scoring.telemetry import ClusterSnapshot
 from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
-from sim.scheduler import NO_CONTEXT, ClusterContext, NodeState, NodeVerdict, evaluate, view_of
+from sim.cluster_context import NO_CONTEXT, ClusterContext
+from sim.framework import NodeVerdict
+from sim.node_state import NodeState
+from sim.scheduler import evaluate, view_of
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger
 from webhook.review import decode_review, patched, pod_review

@@ -26,11 +26,14 @@ from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_
 from scoring.telemetry import ClusterSnapshot, GpuSample, PodRef, WindowStats
 from scoring.workloads import gpu_request
 from scoring.view import BOOKING_ANNOTATION, Binding
-from sim.engine import SimPod, World, cluster_objects, gpu_count, recreate
+from sim.engine import cluster_objects, recreate
+from sim.world_state import SimPod, World, gpu_count
 from sim.llm.telemetry import MIB
-from sim.llm.world import GpuReport, ServingState, gpu_of_node
+from sim.llm.state import GpuReport, ServingState
+from sim.llm.world import gpu_of_node
 from sim.node_state import pod_key
-from sim.scheduler import MAX_SCORE, NodeVerdict, choose, evaluate, view_of
+from sim.framework import MAX_SCORE, NodeVerdict
+from sim.scheduler import choose, evaluate, view_of
 from webhook.admit import decide
 from webhook.cache import telemetry_of
 from webhook.ledger import SteeringLedger

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from statistics import fmean, pstdev
 
 from scoring.claims import class_resource
-from sim.engine import bind, build_world, gpu_count, measure, step_workloads
+from sim.engine import bind, build_world, measure, step_workloads
+from sim.world_state import gpu_count
 from sim.policies import make_policy, policies_for
 from sim.scenario import Scenario
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from scoring.policy import DEFAULT_SERVERS
-from sim.llm.world import ServingState
+from sim.llm.state import ServingState
 
 SERVERS = tuple(server.name for server in DEFAULT_SERVERS)
 """The servers the policy knows, each rendered here as it writes its metrics."""

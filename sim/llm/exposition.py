@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from scoring import dcgm
 from sim.dcgm_text import render_exposition
-from sim.engine import World
+from sim.world_state import World
 from sim.llm.world import gpu_of_node, tdp_w
 from sim.policies import observed_samples
 from sim.serving_text import render_serving, served_from_world

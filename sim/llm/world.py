@@ -37,21 +37,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from sim.llm.engine import GPU_MEMORY_UTILIZATION, Knobs
 from sim.llm.hardware import Gpu, Model, gpu_of_product, model_named
 from sim.llm.profile import QUANTILES, ReplicaProfile, RequestMix, profile
+from sim.llm.state import GpuReport, ServingState
 from sim.llm.telemetry import MIB
 from sim.node_state import pod_key
+from sim.world_state import SimPod, TickSample, World, demand_now, gpu_count
 
-if TYPE_CHECKING:
-    from sim.engine import SimPod, World
-
-EDGES_MS = np.geomspace(0.1, 1e7, 1401)
-"""Histogram bins from 0.1 ms to 10⁴ s, 1.3 % wide."""
 TDP_W = {"A100-40GB": 400, "A100-80GB": 400, "H100-80GB": 700, "H200": 700, "L4": 72, "L40S": 350, "RTX-4090": 450}
 """The vendors' board power limits."""
 
@@ -78,22 +75,6 @@ GPU_IDLE, SW_POWER_CAP = 0x1, 0x4
 are low because nothing runs, or because the power limit holds them down."""
 
 
-class GpuReport(NamedTuple):
-    """One GPU as dcgm-exporter reports it at a tick, derived from what runs on it."""
-
-    fb_used_mib: float
-    power_w: float
-    sm_clock_mhz: float
-    temperature_c: float
-    clock_reasons: int
-    """NVML clock-event reasons bitmask: `GPU_IDLE`, `SW_POWER_CAP`."""
-    sm_active: float
-    """The kernel share, 0–1 (GR_ENGINE_ACTIVE and SM_ACTIVE; GPU_UTIL × 100 before noise)."""
-    sm_occupancy: float
-    pipe_tensor_active: float
-    dram_active: float
-
-
 def gpu_report(gpu: Gpu, fb_used_mib: float, watts: float, busy: float, occupancy: float, tensor: float,
                dram: float, power_excess: float) -> GpuReport:
     """A GPU's report from its activity and its node's power excess (scale included): past the
@@ -106,72 +87,6 @@ def gpu_report(gpu: Gpu, fb_used_mib: float, watts: float, busy: float, occupanc
     return GpuReport(fb_used_mib, watts, gpu.max_sm_clock_mhz / (1 + power_excess),
                      AMBIENT_C + KELVIN_PER_WATT * watts, SW_POWER_CAP if capped else 0, busy, occupancy, tensor,
                      dram)
-
-
-class ServingState(NamedTuple):
-    """What a replica's server exports at a tick (vLLM's gauges)."""
-
-    node: str
-    waiting: float
-    ttft_p95_s: float
-    kv_usage: float | None = None
-    running: float | None = None
-    tpot_mean_s: float | None = None
-    ttft_mean_s: float | None = None
-    """The tick's means, as rate(_sum) / rate(_count) of vLLM's histograms reads them."""
-
-
-@dataclass
-class Histogram:
-    weights: np.ndarray = field(default_factory=lambda: np.zeros(len(EDGES_MS) + 1))
-
-    def add(self, values_ms: np.ndarray, weights: np.ndarray) -> None:
-        """Rows of quantiles, each row's requests spread evenly over its quantiles."""
-        if values_ms.size == 0:
-            return
-        bins = np.searchsorted(EDGES_MS, values_ms.ravel())
-        self.weights += np.bincount(bins, np.repeat(weights / values_ms.shape[1], values_ms.shape[1]),
-                                    minlength=len(self.weights))
-
-    def quantile(self, q: float) -> float:
-        total = self.weights.sum()
-        if total <= 0:
-            return 0.0
-        index = int(np.searchsorted(np.cumsum(self.weights), q * total))
-        return float(EDGES_MS[min(index, len(EDGES_MS) - 1)])
-
-    def samples(self) -> list[tuple[float, float]]:
-        """(bin's upper edge ms, requests) for every non-empty bin."""
-        return [(float(EDGES_MS[min(i, len(EDGES_MS) - 1)]), float(w)) for i, w in enumerate(self.weights) if w > 0]
-
-
-@dataclass
-class RequestTally:
-    """Every request of the run, as histograms, and how many met both targets."""
-
-    ttft: Histogram = field(default_factory=Histogram)
-    tpot: Histogram = field(default_factory=Histogram)
-    e2e: Histogram = field(default_factory=Histogram)
-    ttft_even: Histogram = field(default_factory=Histogram)
-    requests: float = 0.0
-    within_slo: float = 0.0
-    retried: float = 0.0
-
-
-@dataclass
-class ServingWorld:
-    """The serving world's state beside `World`: the image cache, the queues, the last activity
-    and the tally."""
-
-    tally: RequestTally = field(default_factory=RequestTally)
-    images: set[tuple[str, str]] = field(default_factory=set)
-    """(node, image) pairs pulled: a second pod of the image on the node starts without a pull."""
-    backlog: dict[str, float] = field(default_factory=dict)
-    """Pod key → requests queued past the profile's top."""
-    activity: dict[str, tuple[float, float]] = field(default_factory=dict)
-    """Pod key → (DRAM, tensor activity) at the last tick, for the power channel."""
-    lost: list[tuple[str, float, float]] = field(default_factory=list)
-    """(service, requests in flight, ms they had been in) of replicas evicted or lost this tick."""
 
 
 def model_of(world: World) -> Model:
@@ -236,7 +151,6 @@ def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
     """Each node's step slowdown (CPU and power), the PCIe penalty per (node, first GPU index),
     each node's power over its budget (as a share of it, times the scale: what its clocks lose),
     and the SM-sharing stretch per replica on a shared GPU (pod key)."""
-    from sim.engine import gpu_count
 
     co = world.scenario.contention
     slowdown, pcie, power_excess, sharing = {}, {}, {}, {}
@@ -315,7 +229,6 @@ class _Rows:
 def measure(world: World):
     """Traffic to ready replicas, their requests' latency into the tally, the exporters' readings
     into `world.gpu_util` / `gpu_readings` / `serving` / `history`; the tick's true work per node."""
-    from sim.engine import TickSample, demand_now, gpu_count
 
     sv, dt = world.scenario.serving, world.scenario.tick_seconds
     up = [name for name in world.nodes if name not in world.down]

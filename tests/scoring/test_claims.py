@@ -168,7 +168,8 @@ def test_held_devices_kept_by_events_equal_a_recount():
 def test_the_units_a_pod_most_likely_takes_add_every_first_choice():
     """Two firstAvailable requests whose first choice is the same class take two devices of it,
     in the webhook's booking and in the scheduler model alike."""
-    from sim.scheduler import ClusterContext, claimed_devices
+    from sim.cluster_context import ClusterContext
+    from sim.plugins.dynamic_resources import claimed_devices
 
     spec = template("fa2", first_available((GPU_CLASS, 1), (MIG_CLASS, 1)),
                     first_available((GPU_CLASS, 1), (MIG_CLASS, 1), name="second"), exactly(mode="All", name="all"))

@@ -16,7 +16,8 @@ from scoring.heat import FleetHeat, NodeHeat, Tier
 from scoring.placement import index_fleet
 from scoring.policy import PlacementPolicy
 from scoring.view import ClusterView
-from sim.scheduler import NodeState, evaluate
+from sim.node_state import NodeState
+from sim.scheduler import evaluate
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger
 from webhook.review import decode_review, patched, pod_review

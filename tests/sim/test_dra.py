@@ -22,7 +22,8 @@ from sim.explain import context_from_list, explain, nodes_from_list
 from sim.policies import GpuBalancer, Stock
 from sim.run import run_policy
 from sim.scenario import load_scenario, named
-from sim.scheduler import claimed_devices, evaluate
+from sim.plugins.dynamic_resources import claimed_devices
+from sim.scheduler import evaluate
 from tests.dra_objects import claim, dra_pod, exactly, gpu_slice, template
 
 GPU = class_resource("gpu.nvidia.com")

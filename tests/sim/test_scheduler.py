@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from sim.scheduler import NodeState, choose, evaluate
+from sim.node_state import NodeState
+from sim.scheduler import choose, evaluate
 
 
 def node(name, *, cpu="96", gpus="8", labels=None, taints=None, unschedulable=False):

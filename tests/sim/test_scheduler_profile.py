@@ -12,7 +12,8 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from sim.scheduler import ClusterContext, evaluate
+from sim.cluster_context import ClusterContext
+from sim.scheduler import evaluate
 from sim.scheduler_profile import DEFAULT_PROFILE, FILTERS, WEIGHTS, ProfileError, profile_from_config
 from tests.sim.test_explain import POD, cluster
 from tests.sim.test_scheduler import node, pod

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from scoring.workloads import as_dict, as_list
+from scoring.objects import as_dict, as_list
+from sim.framework import MAX_SCORE, Base, Cycle
 from sim.kube_match import Labels, Selector, everything, label_selector, nothing, with_label_keys
-from sim.spread import MAX_SCORE, namespace_of, pod_labels
+from sim.plugins.pod_topology_spread import namespace_of, pod_labels
 
 if TYPE_CHECKING:
     from sim.node_state import NodeState
@@ -82,7 +83,9 @@ def terms_of(pod: Mapping[str, Any],
     return PodTerms(required_affinity, required_anti, preferred_affinity, preferred_anti)
 
 
-class InterPodAffinity:
+class AffinityCounts:
+    """One pod's pod-affinity terms against one cluster state, and existing pods' terms towards it."""
+
     def __init__(self, pod: Mapping[str, Any], nodes: Sequence[NodeState], *,
                  namespace_labels: Mapping[str, Labels]) -> None:
         self.pod, self.nodes = pod, nodes
@@ -128,7 +131,9 @@ class InterPodAffinity:
             return None
         return why
 
-    def scores(self, feasible: Sequence[NodeState]) -> dict[str, int]:
+    def raw_scores(self, feasible: Sequence[NodeState]) -> dict[str, int] | None:
+        """Each feasible node's sum of the terms' weights over its topology domains; None when no
+        term counts anywhere (every node scores 0)."""
         terms = self.terms
         preferred = bool(terms.preferred_affinity or terms.preferred_anti)
         topology: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -161,8 +166,41 @@ class InterPodAffinity:
                         add(t, node, -t.weight)
         raw = {n.name: sum(values.get(n.labels[key], 0) for key, values in topology.items() if key in n.labels)
                for n in feasible}
-        if not topology or not raw:
-            return {name: 0 for name in raw}
-        low, high = min(raw.values()), max(raw.values())
-        return {name: int(MAX_SCORE * ((value - low) / (high - low))) if high > low else 0
-                for name, value in raw.items()}
+        return raw if topology else None
+
+
+def normalize_affinity(raw: Mapping[str, int]) -> dict[str, int]:
+    """Scaled from the lowest (0) to the highest (100); all 0 when every node scores alike."""
+    if not raw:
+        return {}
+    low, high = min(raw.values()), max(raw.values())
+    return {name: int(MAX_SCORE * ((value - low) / (high - low))) if high > low else 0
+            for name, value in raw.items()}
+
+
+class InterPodAffinity(Base):
+    name = "InterPodAffinity"
+
+    def _terms(self, cycle: Cycle) -> AffinityCounts:
+        key = f"{self.name}/terms"
+        if key not in cycle.state:
+            cycle.state[key] = AffinityCounts(cycle.pod, cycle.nodes, namespace_labels=cycle.context.namespace_labels)
+        return cycle.state[key]
+
+    def pre_filter(self, cycle: Cycle) -> None:
+        cycle.state[f"{self.name}/filter"] = self._terms(cycle).filter()
+
+    def filter(self, cycle: Cycle, node: NodeState) -> str | None:
+        return None if cycle.state[f"{self.name}/filter"](node) is None else self.name
+
+    def pre_score(self, cycle: Cycle, feasible: Sequence[NodeState]) -> None:
+        cycle.state[self.name] = self._terms(cycle).raw_scores(feasible)
+
+    def score(self, cycle: Cycle, node: NodeState) -> int:
+        raw = cycle.state[self.name]
+        return raw[node.name] if raw is not None else 0
+
+    def normalize(self, cycle: Cycle, scores: dict[str, int]) -> dict[str, int]:
+        if cycle.state[self.name] is None:
+            return {name: 0 for name in scores}
+        return normalize_affinity(scores)

@@ -14,14 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from scoring.workloads import as_dict, as_list
+from scoring.objects import as_dict, as_list
+from sim.framework import MAX_SCORE, Base, Cycle
 from sim.kube_match import Labels, Selector, label_selector, tolerates, with_label_keys
 
 if TYPE_CHECKING:
     from sim.node_state import NodeState
 
 HOSTNAME = "kubernetes.io/hostname"
-MAX_SCORE = 100
 
 
 @dataclass(frozen=True)
@@ -118,10 +118,10 @@ class Spread:
 
     # -- score ------------------------------------------------------------------------------
 
-    def scores(self, constraints: list[Constraint], feasible: Sequence[NodeState], *,
-               require_all_keys: bool) -> dict[str, int]:
-        """ScheduleAnyway, normalised: each constraint adds count × ln(domains + 2) + (maxSkew − 1);
-        then 100 × (max + min − s) / max. Nodes missing a topology key score 0."""
+    def raw_scores(self, constraints: list[Constraint], feasible: Sequence[NodeState], *,
+                   require_all_keys: bool) -> dict[str, int]:
+        """ScheduleAnyway's raw scores: each constraint adds count × ln(domains + 2) + (maxSkew − 1).
+        Nodes missing a topology key (when every key is required) are left out: they score 0."""
         ignored = {n.name for n in feasible if require_all_keys and not _has_keys(n.labels, constraints)}
         domains: list[dict[str, int]] = [{} for _ in constraints]
         for node in feasible:
@@ -149,12 +149,78 @@ class Spread:
                     count = self.count(c, node) if c.key == HOSTNAME else domains[i][node.labels[c.key]]
                     total += count * weights[i] + (c.max_skew - 1)
             raw[node.name] = math.floor(total + 0.5)  # Go's math.Round, for scores that are never negative
-        low, high = min(raw.values(), default=0), max(raw.values(), default=0)
-        out = {node.name: 0 for node in feasible}
-        for name, value in raw.items():
-            out[name] = MAX_SCORE if high == 0 else MAX_SCORE * (high + low - value) // high
-        return out
+        return raw
+
+
+def normalize_spread(raw: Mapping[str, int], feasible: Sequence[str]) -> dict[str, int]:
+    """100 × (max + min − s) / max over the scored nodes; the nodes left out score 0."""
+    low, high = min(raw.values(), default=0), max(raw.values(), default=0)
+    out = {name: 0 for name in feasible}
+    for name, value in raw.items():
+        out[name] = MAX_SCORE if high == 0 else MAX_SCORE * (high + low - value) // high
+    return out
 
 
 def _has_keys(labels: Labels, constraints: list[Constraint]) -> bool:
     return all(c.key in labels for c in constraints)
+
+
+SYSTEM_DEFAULT_SPREAD = ((3, HOSTNAME), (5, "topology.kubernetes.io/zone"))
+"""The scheduler's default ScheduleAnyway spread (maxSkew, key) for pods that declare none."""
+
+
+def default_constraints(cycle: Cycle) -> list[Constraint]:
+    """System-default spreading, by the selectors of the controllers that select the pod (in the
+    simulator, the pod's own labels when a ReplicaSet, StatefulSet or ReplicationController owns it)."""
+    pod, context = cycle.pod, cycle.context
+    labels, namespace = pod_labels(pod), namespace_of(pod)
+    selectors = [s for ns, s in context.controllers if ns == namespace and s(labels)]
+    if not selectors:
+        owners = as_list(as_dict(pod.get("metadata")).get("ownerReferences"))
+        if not context.controllers and labels and any(
+                as_dict(r).get("kind") in ("ReplicaSet", "StatefulSet", "ReplicationController") for r in owners):
+            selectors = [label_selector({"matchLabels": labels})]
+        else:
+            return []
+
+    def selector(other: Labels) -> bool:
+        return all(s(other) for s in selectors)
+    return [Constraint(key, skew, selector, honour_affinity=True) for skew, key in SYSTEM_DEFAULT_SPREAD]
+
+
+class PodTopologySpread(Base):
+    """DoNotSchedule constraints filter; ScheduleAnyway ones score (or, for a pod that declares
+    none, the system default spreading by its controllers)."""
+
+    name = "PodTopologySpread"
+
+    def _spread(self, cycle: Cycle) -> Spread:
+        key = f"{self.name}/counts"
+        if key not in cycle.state:
+            cycle.state[key] = Spread(cycle.pod, cycle.nodes, affinity_ok=cycle.affinity_ok,
+                                      tolerations=cycle.tolerations)
+        return cycle.state[key]
+
+    def pre_filter(self, cycle: Cycle) -> None:
+        cycle.state[f"{self.name}/filter"] = self._spread(cycle).filter(constraints_of(cycle.pod, "DoNotSchedule"))
+
+    def filter(self, cycle: Cycle, node: NodeState) -> str | None:
+        return None if cycle.state[f"{self.name}/filter"](node) else self.name
+
+    def pre_score(self, cycle: Cycle, feasible: Sequence[NodeState]) -> None:
+        if as_list(cycle.spec.get("topologySpreadConstraints")):
+            soft, require_all = constraints_of(cycle.pod, "ScheduleAnyway"), True
+        else:
+            soft, require_all = default_constraints(cycle), False
+        raw = self._spread(cycle).raw_scores(soft, feasible, require_all_keys=require_all) if soft else None
+        cycle.state[self.name] = raw
+
+    def score(self, cycle: Cycle, node: NodeState) -> int:
+        raw = cycle.state[self.name]
+        return raw.get(node.name, 0) if raw is not None else 0
+
+    def normalize(self, cycle: Cycle, scores: dict[str, int]) -> dict[str, int]:
+        raw = cycle.state[self.name]
+        if raw is None:
+            return {name: 0 for name in scores}
+        return normalize_spread(raw, list(scores))

@@ -1,0 +1,94 @@
+"""What the serving world keeps beside the cluster, and what it reports per GPU and per replica.
+Pure (NumPy), no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+EDGES_MS = np.geomspace(0.1, 1e7, 1401)
+"""Histogram bins from 0.1 ms to 10⁴ s, 1.3 % wide."""
+
+
+class GpuReport(NamedTuple):
+    """One GPU as dcgm-exporter reports it at a tick, derived from what runs on it."""
+
+    fb_used_mib: float
+    power_w: float
+    sm_clock_mhz: float
+    temperature_c: float
+    clock_reasons: int
+    """NVML clock-event reasons bitmask: `GPU_IDLE`, `SW_POWER_CAP`."""
+    sm_active: float
+    """The kernel share, 0–1 (GR_ENGINE_ACTIVE and SM_ACTIVE; GPU_UTIL × 100 before noise)."""
+    sm_occupancy: float
+    pipe_tensor_active: float
+    dram_active: float
+
+
+class ServingState(NamedTuple):
+    """What a replica's server exports at a tick (vLLM's gauges)."""
+
+    node: str
+    waiting: float
+    ttft_p95_s: float
+    kv_usage: float | None = None
+    running: float | None = None
+    tpot_mean_s: float | None = None
+    ttft_mean_s: float | None = None
+    """The tick's means, as rate(_sum) / rate(_count) of vLLM's histograms reads them."""
+
+
+@dataclass
+class Histogram:
+    weights: np.ndarray = field(default_factory=lambda: np.zeros(len(EDGES_MS) + 1))
+
+    def add(self, values_ms: np.ndarray, weights: np.ndarray) -> None:
+        """Rows of quantiles, each row's requests spread evenly over its quantiles."""
+        if values_ms.size == 0:
+            return
+        bins = np.searchsorted(EDGES_MS, values_ms.ravel())
+        self.weights += np.bincount(bins, np.repeat(weights / values_ms.shape[1], values_ms.shape[1]),
+                                    minlength=len(self.weights))
+
+    def quantile(self, q: float) -> float:
+        total = self.weights.sum()
+        if total <= 0:
+            return 0.0
+        index = int(np.searchsorted(np.cumsum(self.weights), q * total))
+        return float(EDGES_MS[min(index, len(EDGES_MS) - 1)])
+
+    def samples(self) -> list[tuple[float, float]]:
+        """(bin's upper edge ms, requests) for every non-empty bin."""
+        return [(float(EDGES_MS[min(i, len(EDGES_MS) - 1)]), float(w)) for i, w in enumerate(self.weights) if w > 0]
+
+
+@dataclass
+class RequestTally:
+    """Every request of the run, as histograms, and how many met both targets."""
+
+    ttft: Histogram = field(default_factory=Histogram)
+    tpot: Histogram = field(default_factory=Histogram)
+    e2e: Histogram = field(default_factory=Histogram)
+    ttft_even: Histogram = field(default_factory=Histogram)
+    requests: float = 0.0
+    within_slo: float = 0.0
+    retried: float = 0.0
+
+
+@dataclass
+class ServingWorld:
+    """The serving world's state beside `World`: the image cache, the queues, the last activity
+    and the tally."""
+
+    tally: RequestTally = field(default_factory=RequestTally)
+    images: set[tuple[str, str]] = field(default_factory=set)
+    """(node, image) pairs pulled: a second pod of the image on the node starts without a pull."""
+    backlog: dict[str, float] = field(default_factory=dict)
+    """Pod key → requests queued past the profile's top."""
+    activity: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Pod key → (DRAM, tensor activity) at the last tick, for the power channel."""
+    lost: list[tuple[str, float, float]] = field(default_factory=list)
+    """(service, requests in flight, ms they had been in) of replicas evicted or lost this tick."""

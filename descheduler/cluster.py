@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from scoring.claims import EMPTY_BOOK, ClaimBook, book_from_objects, class_of, devices_from_objects, pod_claims
+from scoring.claims import EMPTY_BOOK, ClaimBook, book_from_objects, devices_from_objects, pod_claims
 from scoring.feasibility import NodeFacts, PodConstraints, constraints_for, node_facts
+from scoring.holdings import free_units, held_per_node, holds_units
 from scoring.policy import OptInPolicy, PlacementPolicy
 from scoring.view import node_with_devices
 from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request, labels_of, training_group
@@ -88,16 +89,10 @@ class Cluster:
         return list(self._by_node.get(node, ()))
 
     def free(self) -> dict[str, Counter]:
-        """Node → GPU resources not requested by its active pods."""
-        used: dict[str, Counter] = defaultdict(Counter)
-        for node, devices in self.devices_held.items():
-            used[node].update(devices)
-        for pod in self.pods:
-            if pod.phase in ("Pending", "Running") and pod.node:
-                # A claimed device is held by its claim's allocation, counted above.
-                used[pod.node].update({r: n for r, n in pod.gpu_resources if class_of(r) is None})
-        return {name: Counter({r: n - used[name][r] for r, n in node.allocatable.items()})
-                for name, node in self.nodes.items()}
+        """Node → GPU resources not held by its pods and claims (`scoring.holdings`)."""
+        held = held_per_node(((p.node, p.gpu_resources) for p in self.pods if holds_units(p.phase, p.node)),
+                             self.devices_held)
+        return {name: Counter(free_units(node.allocatable, held.get(name, {}))) for name, node in self.nodes.items()}
 
     def running_replicas(self) -> Counter:
         return Counter(p.workload for p in self.pods if p.phase == "Running" and not p.terminating)

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from scoring.claims import EMPTY_BOOK, ClaimBook
 from scoring.feasibility import NodeFacts
+from scoring.holdings import free_units
 
 _EMPTY: Mapping[str, int] = {}
 
@@ -48,7 +49,7 @@ class ClusterView:
         facts = self.nodes.get(node)
         if facts is None:
             return {}
-        return {resource: self.free_units(node, resource) for resource in facts.allocatable}
+        return free_units(facts.allocatable, self.held.get(node, _EMPTY))
 
     def free_units(self, node: str, resource: str) -> int:
         """`free(node)[resource]` without building the dict (the ledger asks per candidate)."""

@@ -51,7 +51,8 @@ def evaluate(pod: Mapping[str, Any], nodes: list[NodeState], *, score_gpus: bool
 
 def view_of(nodes: Iterable[NodeState], now: datetime, claims: ClaimBook = EMPTY_BOOK) -> ClusterView:
     """The nodes as the webhook's cluster view shows them: GPU resources (extended and DRA) and
-    the units bound pods hold."""
+    the units bound pods hold (the model binds a pod's claimed devices with it and unbinds what
+    ends, so its requests are `scoring.holdings`' held units)."""
     facts, held, bound = {}, {}, set()
     for node in nodes:
         allocatable = {r: int(q) for r, q in node.allocatable.items() if r.startswith("nvidia.com/") or class_of(r)}

@@ -28,9 +28,10 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from scoring.claims import (ClaimBook, ClaimNeed, DeviceInventory, HeldDevices, PublishedSlice, allocated_devices,
-                            class_of, inventory_from_slices, pod_claims, published_slice, resource_claim_need,
+                            inventory_from_slices, pod_claims, published_slice, resource_claim_need,
                             template_need)
 from scoring.feasibility import NodeFacts, node_facts
+from scoring.holdings import holds_units, pod_units
 from scoring.policy import PlacementPolicy
 from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView, node_with_devices
 from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request
@@ -300,7 +301,7 @@ class ClusterWatch:
         key = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
         phase = as_dict(obj.get("status")).get("phase")
         node = spec.get("nodeName")
-        if event == "DELETED" or phase in ("Succeeded", "Failed") or not isinstance(node, str) or not node:
+        if event == "DELETED" or not holds_units(phase, node):
             self._release(key)
             return
         if key in self._pods:
@@ -312,8 +313,7 @@ class ClusterWatch:
         units = request.units if request else ()
         if not units:
             return
-        # Claimed devices are held by the claims' allocations (exact, shared claims once), not by pods.
-        extended = tuple((r, n) for r, n in units if class_of(r) is None)
+        extended = pod_units(units)  # claimed devices are the claims' (`_held_devices`), not the pod's
         self._pods[key] = _Held(node, extended)
         self._held.setdefault(node, Counter()).update(dict(extended))
         scheduled = self._scheduled_at(obj) or now

@@ -4,9 +4,10 @@ refresh (I/O through `webhook.list_watch`, which lists and watches them).
 
 One background thread per kind (`webhook.list_watch.ListWatch`), never on the admission path:
 listed in pages, then watched with bookmarks, relisted on 410 Gone, slowed by 429s, backed off on
-errors. This module is what is made of what it hands over. Pods are listed bound and non-terminal
-only (a field selector), so a pod's binding arrives as its first event; each binding is handed to
-`on_binding` (the ledger).
+errors. What it hands over is reduced by `scoring.cluster_state.ClusterState` (pure), under this
+module's lock; this module adds whether the view can be trusted. Pods are listed bound and
+non-terminal only (a field selector), so a pod's binding arrives as its first event; each binding
+is handed to `on_binding` (the ledger).
 
 Without API access (403, API down) `freeze` returns None and the webhook advises on telemetry
 alone; each change of state is logged once and counted. The DRA kinds are optional: where the
@@ -27,14 +28,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from scoring.claims import (ClaimBook, ClaimNeed, DeviceInventory, HeldDevices, PublishedSlice, allocated_devices,
-                            inventory_from_slices, pod_claims, published_slice, resource_claim_need,
-                            template_need)
-from scoring.feasibility import NodeFacts, node_facts
-from scoring.holdings import holds_units, pod_units
+from scoring.claims import ClaimBook
+from scoring.cluster_state import ClusterState
 from scoring.policy import PlacementPolicy
-from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView, node_with_devices
-from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request
+from scoring.objects import as_dict, as_list
+from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView
 from webhook.list_watch import ListWatch
 
 log = logging.getLogger("gpu_balancer.webhook.cluster")
@@ -86,24 +84,6 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-class _Held:
-    """A pod's claim on a node: (node, GPU units)."""
-
-    __slots__ = ("node", "units")
-
-    def __init__(self, node: str, units: tuple[tuple[str, int], ...]) -> None:
-        self.node, self.units = node, units
-
-
 class ClusterWatch:
     def __init__(self, api: client.ApiClient, policy: PlacementPolicy, *,
                  on_binding: Callable[[Binding], None] = lambda binding: None,
@@ -112,27 +92,12 @@ class ClusterWatch:
                  clock: Callable[[], datetime] = _utcnow, page_size: int = 500, watch_seconds: int = 300,
                  request_timeout: float = 30.0, backoff: tuple[float, float] = (0.5, 30.0),
                  grace_seconds: float = 60.0, recent_seconds: float = 120.0) -> None:
-        self._policy = policy
-        self._on_binding = on_binding
-        self._on_release = on_release
         self._on_state = on_state
         self._clock = clock
         self._grace = timedelta(seconds=grace_seconds)
-        self._recent = timedelta(seconds=recent_seconds)
         self._lock = threading.Lock()
-        self._nodes: dict[str, NodeFacts] = {}
-        self._pods: dict[str, _Held] = {}
-        self._held: dict[str, Counter] = {}
-        self._slices: dict[str, PublishedSlice] = {}
-        self._claims: dict[tuple[str, str], ClaimNeed] = {}
-        self._held_devices = HeldDevices()
-        self._inventory: DeviceInventory | None = None
-        """The slices' devices, counted again only after a slice changed (None)."""
-        self._with_devices: dict[str, tuple[NodeFacts, NodeFacts]] = {}
-        """Node → (its facts, the same with its devices), while both stand."""
-        self._templates: dict[tuple[str, str], ClaimNeed] = {}
-        self._book = ClaimBook(self._templates, self._claims)
-        """Live (not copied): pod events resolve their claims through it under the lock."""
+        self._cluster = ClusterState(policy, on_binding=on_binding, on_release=on_release,
+                                     recent_seconds=recent_seconds)
         kinds = CORE_KINDS + DRA_KINDS
         self._synced = dict.fromkeys(kinds, False)
         self._failing_since: dict[str, datetime | None] = dict.fromkeys(kinds)
@@ -164,7 +129,7 @@ class ClusterWatch:
     def live_claims(self) -> ClaimBook:
         """The claims and templates as last seen, for admissions to look a pod's claims up in
         before any view is frozen. Read by key only (one dict lookup is atomic), never iterated."""
-        return self._book
+        return self._cluster.live_claims
 
     def freeze(self) -> ClusterView | None:
         """The current view, or None while it cannot be trusted (not listed yet, or the API has
@@ -176,30 +141,9 @@ class ClusterWatch:
             if any(since is not None and now - since > self._grace for since in self._failing_since.values()):
                 return None
             if self._dirty or self._frozen is None:
-                self._frozen = self._view(now)
+                self._frozen = self._cluster.view(now)
                 self._dirty = False
             return self._frozen
-
-    def _view(self, now: datetime) -> ClusterView:
-        """Under the lock: DRA devices join the nodes' allocatable and the claims' allocations
-        their held units, as the scheduler's own view counts them."""
-        held = {n: dict(c) for n, c in self._held.items()}
-        nodes: dict[str, NodeFacts] = dict(self._nodes)
-        if self._inventory is None:
-            self._inventory = inventory_from_slices(self._slices.values(), self._policy)
-            self._held_devices.use(self._inventory)
-            self._with_devices.clear()
-        if self._inventory.capacity:
-            for name in self._inventory.capacity.keys() & nodes.keys():
-                # A node's facts with its devices, made again only when the node or the slices change.
-                cached = self._with_devices.get(name)
-                if cached is None or cached[0] is not nodes[name]:
-                    cached = self._with_devices[name] = (
-                        nodes[name], node_with_devices(nodes[name], self._inventory.capacity[name]))
-                nodes[name] = cached[1]
-            for node, devices in self._held_devices.per_node.items():
-                held.setdefault(node, {}).update({r: n for r, n in devices.items() if n})
-        return ClusterView(nodes, held, frozenset(self._pods), now, ClaimBook(dict(self._templates), dict(self._claims)))
 
     # -- running (the list/watch is `webhook.list_watch`; these are its callbacks) -----------
 
@@ -218,24 +162,14 @@ class ClusterWatch:
         """Replace the kind's state at once with a full list."""
         now = self._clock()
         with self._lock:
-            if kind == "nodes":
-                self._nodes = {}
-            elif kind == "pods":
-                before, self._pods, self._held = self._pods, {}, {}
-            else:
-                self._clear_dra(kind)
-            for obj in objects:
-                self._apply(kind, "ADDED", obj, now, relist=True)
-            if kind == "pods":
-                for key in before.keys() - self._pods.keys():
-                    self._on_release(key)  # gone while the watch was away: no DELETED event will say so
+            self._cluster.replace(kind, objects, now)
             self.absent.pop(kind, None)
             self._synced[kind] = True
             self._dirty = True
 
     def on_event(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         with self._lock:
-            self._apply(kind, event, obj, self._clock())
+            self._cluster.apply(kind, event, obj, self._clock())
             self._dirty = True
 
     def on_absent(self, kind: str, why: str) -> None:
@@ -243,102 +177,10 @@ class ClusterWatch:
             if self.absent.get(kind) != why:
                 log.warning("cluster view: %s %s; DRA pods claiming through them are not counted", kind, why)
             self.absent[kind] = why
-            self._clear_dra(kind)
+            self._cluster.clear(kind)
             self._synced[kind] = True
             self._failing_since[kind] = None
             self._dirty = True
-
-    # -- applying objects (under the lock) ----------------------------------------------------
-
-    def _apply(self, kind: str, event: str, obj: dict[str, Any], now: datetime, relist: bool = False) -> None:
-        if kind == "nodes":
-            self._apply_node(event, obj)
-        elif kind == "pods":
-            self._apply_pod(event, obj, now, relist)
-        else:
-            self._apply_dra(kind, event, obj)
-
-    def _clear_dra(self, kind: str) -> None:
-        """Cleared in place: `_book` holds the claim and template dicts."""
-        for state in {"resourceslices": (self._slices,), "resourceclaims": (self._claims, self._held_devices),
-                      "resourceclaimtemplates": (self._templates,)}[kind]:
-            state.clear()
-        self._inventory = None if kind == "resourceslices" else self._inventory
-
-    def _apply_dra(self, kind: str, event: str, obj: dict[str, Any]) -> None:
-        """Keep only what placement reads: a slice's GPU devices, a claim's need and allocation,
-        a template's need."""
-        metadata = as_dict(obj.get("metadata"))
-        name, namespace = str(metadata.get("name", "")), str(metadata.get("namespace", ""))
-        deleted = event == "DELETED"
-        if kind == "resourceslices":
-            if deleted:
-                self._slices.pop(name, None)
-            else:
-                self._slices[name] = published_slice(obj, self._policy)
-            self._inventory = None
-        elif kind == "resourceclaims":
-            if deleted:
-                self._claims.pop((namespace, name), None)
-            else:
-                self._claims[namespace, name] = resource_claim_need(obj, self._policy)
-            self._held_devices.set_claim((namespace, name), () if deleted else allocated_devices(obj))
-        elif deleted:
-            self._templates.pop((namespace, name), None)
-        else:
-            self._templates[namespace, name] = template_need(obj, self._policy)
-
-    def _apply_node(self, event: str, obj: dict[str, Any]) -> None:
-        name = str(as_dict(obj.get("metadata")).get("name", ""))
-        if event == "DELETED":
-            self._nodes.pop(name, None)
-            self._with_devices.pop(name, None)
-        elif name:
-            self._nodes[name] = node_facts(obj, self._policy)
-
-    def _apply_pod(self, event: str, obj: dict[str, Any], now: datetime, relist: bool = False) -> None:
-        metadata, spec = as_dict(obj.get("metadata")), as_dict(obj.get("spec"))
-        key = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
-        phase = as_dict(obj.get("status")).get("phase")
-        node = spec.get("nodeName")
-        if event == "DELETED" or not holds_units(phase, node):
-            self._release(key)
-            return
-        if key in self._pods:
-            return  # a bound pod's GPU requests and node never change
-        try:
-            request = gpu_request(obj, self._policy, pod_claims(obj, self._book, self._policy))
-        except BadQuantity:
-            request = None
-        units = request.units if request else ()
-        if not units:
-            return
-        extended = pod_units(units)  # claimed devices are the claims' (`_held_devices`), not the pod's
-        self._pods[key] = _Held(node, extended)
-        self._held.setdefault(node, Counter()).update(dict(extended))
-        scheduled = self._scheduled_at(obj) or now
-        if relist and now - scheduled > self._recent:
-            return  # long bound: its load shows in telemetry already
-        booking = as_dict(metadata.get("annotations")).get(BOOKING_ANNOTATION, "")
-        self._on_binding(Binding(key, node, units, min(scheduled, now), booking if isinstance(booking, str) else ""))
-
-    def _release(self, key: str) -> None:
-        held = self._pods.pop(key, None)
-        if held is not None:
-            self._on_release(key)
-            counter = self._held.get(held.node)
-            if counter is not None:
-                counter.subtract(dict(held.units))
-                if not +counter:
-                    del self._held[held.node]
-
-    @staticmethod
-    def _scheduled_at(obj: dict[str, Any]) -> datetime | None:
-        for condition in as_list(as_dict(obj.get("status")).get("conditions")):
-            if isinstance(condition, dict) and condition.get("type") == "PodScheduled" \
-                    and condition.get("status") == "True":
-                return _parse_time(condition.get("lastTransitionTime"))
-        return None
 
     def on_failing(self, kind: str, error: Exception | None) -> None:
         with self._lock:

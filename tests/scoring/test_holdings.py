@@ -1,18 +1,18 @@
-"""One rule for what a node's GPUs hold: the webhook's cluster view (fed by its list/watch) and
-the descheduler's cluster model read the same objects to the same free GPUs, the scheduler's."""
+"""One rule for what a node's GPUs hold: the cluster state the webhook's watch feeds and the
+descheduler's cluster model read the same objects to the same free GPUs, the scheduler's."""
 
 from __future__ import annotations
 
 from collections import Counter
-
-from kubernetes import client
+from datetime import datetime, timezone
 
 from descheduler.cluster import cluster_from_objects
+from scoring.cluster_state import ClusterState
 from scoring.holdings import held_per_node, holds_units
 from scoring.policy import PlacementPolicy
-from webhook.cluster_watch import ClusterWatch
 
 POLICY = PlacementPolicy()
+NOW = datetime(2026, 12, 5, tzinfo=timezone.utc)
 
 
 def _node(name: str, gpus: int) -> dict:
@@ -47,11 +47,16 @@ def test_the_webhook_view_and_the_descheduler_model_count_the_same_free_gpus():
     descheduler = cluster_from_objects(NODES + PODS, POLICY).free()
     assert {node: dict(free) for node, free in descheduler.items()} == expected
 
-    watch = ClusterWatch(client.ApiClient(), POLICY)
-    watch.on_list("nodes", NODES)
-    watch.on_list("pods", [p for p in PODS if p["spec"]["nodeName"]])  # the watch lists bound pods only
-    for kind in ("resourceslices", "resourceclaims", "resourceclaimtemplates"):
-        watch.on_list(kind, [])
-    view = watch.freeze()
-    assert view is not None
-    assert {node: view.free(node) for node in expected} == expected
+    state, released = ClusterState(POLICY), []
+    state.replace("nodes", NODES, NOW)
+    state.replace("pods", [p for p in PODS if p["spec"]["nodeName"]], NOW)  # the watch lists bound pods only
+    assert {node: state.view(NOW).free(node) for node in expected} == expected
+
+    # A pod's end arrives as an event; the pods a relist no longer holds are released.
+    state = ClusterState(POLICY, on_release=released.append)
+    state.replace("nodes", NODES, NOW)
+    state.replace("pods", [p for p in PODS if p["spec"]["nodeName"]], NOW)
+    state.apply("pods", "MODIFIED", _pod("running", "node-a", 2, "Succeeded"), NOW)
+    state.replace("pods", [_pod("bound-pending", "node-a", 1, "Pending")], NOW)
+    assert state.view(NOW).free("node-a") == {"nvidia.com/gpu": 7}
+    assert sorted(released) == ["ns/node-lost", "ns/running", "ns/stopping"]

@@ -10,6 +10,7 @@ from typing import Any
 
 
 from scoring.heat import fleet_heat
+from scoring.holdings import holds_units
 from scoring.placement import index_fleet
 from scoring.claims import PodClaims, class_of, devices_from_objects, pod_claims
 from scoring.policy import BalancerPolicy, PlacementPolicy
@@ -61,8 +62,8 @@ def nodes_from_list(document: Any, placement: PlacementPolicy | None = None) -> 
             nodes[name] = NodeState.from_object(obj)
     for obj in document["items"]:
         if obj.get("kind") == "Pod":
-            node = nodes.get(str(as_dict(obj.get("spec")).get("nodeName", "")))
-            if node is not None and as_dict(obj.get("status")).get("phase") in ("Pending", "Running", None):
+            name = as_dict(obj.get("spec")).get("nodeName")
+            if (node := nodes.get(str(name))) is not None and holds_units(as_dict(obj.get("status")).get("phase"), name):
                 node.bind(obj)
     inventory, held = devices_from_objects(document["items"], placement or PlacementPolicy())
     for name, devices in inventory.capacity.items():

@@ -14,6 +14,7 @@ from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler import step
 from scoring.claims import ClaimBook, book_from_objects, class_of, pod_claims
+from scoring.cluster_state import ClusterState
 from scoring.feasibility import constraints_of, why_infeasible
 from scoring.errors import TelemetryError
 from scoring.heat import FleetHeat, fleet_heat
@@ -25,7 +26,7 @@ from scoring.serving import (ServingReplica, SustainedServing, latency_label, pr
 from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
 from scoring.telemetry import ClusterSnapshot, GpuSample, PodRef, WindowStats
 from scoring.workloads import gpu_request
-from scoring.view import BOOKING_ANNOTATION, Binding
+from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView
 from sim.engine import cluster_objects, recreate
 from sim.world_state import SimPod, World, gpu_count
 from sim.llm.telemetry import MIB
@@ -33,7 +34,7 @@ from sim.llm.state import GpuReport, ServingState
 from sim.llm.world import gpu_of_node
 from sim.node_state import pod_key
 from sim.framework import MAX_SCORE, NodeVerdict
-from sim.scheduler import choose, evaluate, view_of
+from sim.scheduler import choose, evaluate
 from webhook.admit import decide
 from webhook.cache import telemetry_of
 from webhook.ledger import SteeringLedger
@@ -141,6 +142,24 @@ def _requested_units(node) -> float:
 def claim_book(world: World, policy: BalancerPolicy) -> ClaimBook:
     """The world's claim templates as the webhook reads them, with its own policy's GPU classes."""
     return book_from_objects(world.templates.values(), policy.placement)
+
+
+WATCHED_KINDS = {"ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
+                 "ResourceClaimTemplate": "resourceclaimtemplates", "Node": "nodes", "Pod": "pods"}
+"""What the webhook's watch lists, kind by kind, claims before pods (a pod's claims are looked up)."""
+
+
+def watched_view(world: World, policy: BalancerPolicy, now: datetime) -> ClusterView:
+    """The view the webhook's watch would hold: the world's objects listed into the same cluster
+    state (`scoring.cluster_state`) production reduces them in."""
+    by_kind: dict[str, list[dict]] = {kind: [] for kind in WATCHED_KINDS.values()}
+    for obj in cluster_objects(world):
+        if (kind := WATCHED_KINDS.get(obj.get("kind", ""))) is not None:
+            by_kind[kind].append(obj)
+    state = ClusterState(policy.placement)
+    for kind, objects in by_kind.items():
+        state.replace(kind, objects, now)
+    return state.view(now)
 
 
 def preferred_nodes(pod: dict) -> tuple[str, ...]:
@@ -411,7 +430,7 @@ class GpuBalancer(Stock):
         fleet = fleet_heat(snapshot, self.policy.heat, now=now,
                            staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
         telemetry = telemetry_of(snapshot, fleet)
-        view = view_of(world.nodes.values(), now, self._claims(world))  # what the webhook's watch shows
+        view = watched_view(world, self.policy, now)
         for ledger in self._ledgers(world):
             ledger.prepare(telemetry.index, view)
         self._telemetry, self._telemetry_tick = (snapshot, fleet, telemetry, view), world.tick

@@ -19,11 +19,11 @@ from scoring.claims import class_resource
 from scoring.policy import BalancerPolicy, PlacementPolicy, PolicyError, default_policy
 from sim.engine import bind, build_world, cluster_objects, service_pod
 from sim.explain import context_from_list, explain, nodes_from_list
-from sim.policies import GpuBalancer, Stock
+from sim.policies import GpuBalancer, Stock, watched_view
 from sim.run import run_policy
 from sim.scenario import load_scenario, named
 from sim.plugins.dynamic_resources import claimed_devices
-from sim.scheduler import evaluate
+from sim.scheduler import evaluate, view_of
 from tests.dra_objects import claim, dra_pod, exactly, gpu_slice, template
 
 GPU = class_resource("gpu.nvidia.com")
@@ -137,3 +137,22 @@ def test_explain_says_how_the_pods_claims_were_read(tmp_path):
                             str(tmp_path / "cluster.json"), "--pod", str(tmp_path / "pod.json")],
                            capture_output=True, text=True)
     assert table.returncode == 0 and "claims: claim all-gpus: request gpu: allocationMode All" in table.stdout, table
+
+
+@pytest.mark.parametrize("claims", ["device-plugin", "dra"])
+def test_the_simulated_webhook_sees_what_the_scheduler_model_holds(claims):
+    """The simulator's webhook view is the world's objects reduced by production's cluster state
+    (`sim.policies.watched_view`); it must agree with the scheduler model's own bookkeeping."""
+    scenario = named("mixed-pools")
+    world = build_world(replace(scenario, inference=replace(scenario.inference, claims=claims)), seed=3)
+    for service in list(world.services.values())[:8]:
+        pod = service_pod(world, service)
+        verdicts = [v for v in evaluate(pod.obj, list(world.nodes.values()), context=world.context) if v.feasible]
+        bind(world, pod, verdicts[0].name)
+    policy = default_policy()
+    watched = watched_view(world, policy, NOW)
+    modelled = view_of(world.nodes.values(), NOW, world.context.claims)
+    assert watched.bound == modelled.bound and len(watched.bound) == 8
+    for name in world.nodes:
+        assert watched.free(name) == modelled.free(name), name
+    assert any(watched.free(name) != {r: n for r, n in watched.nodes[name].allocatable.items()} for name in world.nodes)

@@ -49,6 +49,9 @@ class NodeHeat:
     """The figures of the worst replica this node slows (`ServingReplica.node_bound`) as a share
     of its target (1.0 = on target); 0 when replicas report but none is slowed by this node; None
     when no replica on the node reports serving series."""
+    memory_room_used: float | None = None
+    """Memory used on the GPUs a new pod could take or share (`scoring.memory`), what the verdict
+    and the ranking read; None where memory is unknown or no GPU is free or shared."""
 
     @property
     def throttled(self) -> str | None:
@@ -118,14 +121,16 @@ def work_load(node: NodeTelemetry) -> WorkLoad | None:
 
 def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
     """Load figures and the tier of one node, with a reason for every step above cool."""
-    memory_fraction = node.memory_used_fraction
+    memory_fraction = node.placeable_memory_fraction
+    excluded = node.placeable_fb is not None and node.placeable_fb.total_mib < (node.fb_total_mib or 0.0)
+    memory_where = " on free and shared GPUs" if excluded else ""
     work = work_load(node)
     mean_util = node.util_mean if work is None else work.mean
     busy_what = "mean GPU util" if work is None else "serving load"
     busy_why = "" if work is None else f" ({work.replicas[0].describe_load()})"
     known = tuple(signal for signal, reported in (
         ("utilisation", node.util_count > 0 and node.util_count >= node.gpus),
-        ("memory", memory_fraction is not None),
+        ("memory", node.memory_used_fraction is not None),
         ("temperature", node.temperature_max_c is not None)) if reported)
 
     # Reasons read worst first, and within a tier a failed GPU's first, then the load's, then the
@@ -142,13 +147,16 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         verdicts.append((Tier.HOT, f"{busy_what} {mean_util:.0f}% ≥ {policy.hot_util_percent:g}%{busy_why}"))
     elif mean_util >= policy.warm_util_percent:
         verdicts.append((Tier.WARM, f"{busy_what} {mean_util:.0f}% ≥ {policy.warm_util_percent:g}%{busy_why}"))
-    # Unknown memory makes no verdict; nor does a model server's preallocated KV cache (vLLM takes
-    # 90 % of the framebuffer whatever its load): its load has spoken for it.
+    # Unknown memory makes no verdict, nor does a GPU one pod holds (`scoring.memory`); where the
+    # exporters do not say which GPUs pods hold, a model server's preallocated KV cache (vLLM takes
+    # 90 % of the framebuffer whatever its load) makes none either: its load has spoken for it.
     if memory_fraction is not None and not (work is not None and work.covers_all_pods):
         if memory_fraction >= policy.hot_memory_fraction:
-            verdicts.append((Tier.HOT, f"GPU memory {memory_fraction:.0%} used ≥ {policy.hot_memory_fraction:.0%}"))
+            verdicts.append((Tier.HOT, f"GPU memory {memory_fraction:.0%} used{memory_where} "
+                                       f"≥ {policy.hot_memory_fraction:.0%}"))
         elif memory_fraction >= policy.warm_memory_fraction:
-            verdicts.append((Tier.WARM, f"GPU memory {memory_fraction:.0%} used ≥ {policy.warm_memory_fraction:.0%}"))
+            verdicts.append((Tier.WARM, f"GPU memory {memory_fraction:.0%} used{memory_where} "
+                                        f"≥ {policy.warm_memory_fraction:.0%}"))
     verdicts += [v for v in signalled if v[0] is not Tier.UNHEALTHY]
     pressure = None
     if node.serving:
@@ -167,7 +175,7 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         gpus_allocated=_allocated(node),
         gpu_util=mean_util,
         max_gpu_util=node.util_max if work is None else work.peak,
-        memory_used_fraction=memory_fraction,
+        memory_used_fraction=node.memory_used_fraction,
         max_temperature_c=node.temperature_max_c,
         power_w=node.power_w,
         tier=max((tier for tier, _ in verdicts), default=Tier.COOL),
@@ -175,6 +183,7 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         signals=known,
         failed_gpus=health.failed_gpus(node, policy),
         serving_pressure=pressure,
+        memory_room_used=memory_fraction,
     )
 
 

@@ -58,8 +58,9 @@ def base_headroom(node: NodeHeat) -> float:
     if factor == 0.0 or node.gpus_free <= 0:
         return 0.0
     idle_cycles = 1.0 - node.gpu_util / 100.0
-    # Unknown memory ranks on cycles alone rather than as full.
-    memory_room = 1.0 - (node.memory_used_fraction or 0.0) / 2.0
+    # Unknown memory ranks on cycles alone rather than as full; so does a node whose every GPU is
+    # one pod's (its memory is no room for anyone: `scoring.memory`).
+    memory_room = 1.0 - (node.memory_room_used or 0.0) / 2.0
     return factor * (0.25 + 0.75 * idle_cycles) * memory_room
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from scoring import dcgm
+from scoring import dcgm, memory
 from scoring.signals import registry as signals
 from scoring.rows import Series
 from scoring.telemetry import (ClusterSnapshot, GpuKind, GpuSample, NodeTelemetry, PodRef, PodUsage,
@@ -181,13 +181,7 @@ def build_snapshot(
     kinds, util, reporting, pod_figures = units.kinds, units.util, units.reporting, units.pods
 
     sums = _by_node_and_name(aggregates.get("sums", ()), node_of)
-    # Memory is known where every GPU reporting FB_USED also reports FB_FREE.
-    if recorded:  # the rules name only the nodes where fewer do
-        unknown = {node_of(row) for row in aggregates.get("fb_unknown", ())}
-        memory_known = {node for node, figures in sums.items() if "fb_used" in figures} - unknown
-    else:
-        memory_known = {node for node, counts in _by_node_and_name(aggregates.get("fb_counts", ()), node_of).items()
-                        if counts.get("fb_used", 0) > 0 and counts.get("fb_used") == counts.get("fb_free")}
+    memory_known, placeable = _memory(aggregates, node_of, sums, units, recorded)
     signalled = signals.read(aggregates, node_of)
 
     seen = _sum_by(gpus_seen_recently, label)
@@ -202,9 +196,10 @@ def build_snapshot(
         figures = sums.get(name, no_figures)
         used, free = figures.get("fb_used", 0.0), figures.get("fb_free", 0.0)
         pods = pod_figures.get(name)
+        gpus = sum(kinds[name].values())
         nodes.append(NodeTelemetry(
             name=name,
-            gpus=sum(kinds[name].values()),
+            gpus=gpus,
             util_sum=util_sum,
             util_count=int(util_count),
             util_max=util_max,
@@ -218,11 +213,31 @@ def build_snapshot(
             allocatable_gpus=allocatable.get(name),
             allocated_gpus=allocated.get(name),
             topology=topology.get(name, ()),
+            # More GPUs allocatable than report: time-slicing or MPS replicas, all shared (dcgm-exporter
+            # names one pod per time-sliced GPU by default, so its rows cannot tell).
+            placeable_fb=placeable.get(name) if known and allocatable.get(name, 0) <= gpus else None,
             **signalled.get(name, {}),
         ))
     vanished = tuple(sorted(name for name, count in seen.items() if count > 0 and name not in kinds))
     return ClusterSnapshot(taken_at=taken_at, nodes=tuple(nodes), node_label=label, vanished_nodes=vanished,
                            newest_sample_at=newest_sample_at, warnings=units.warnings)
+
+
+def _memory(aggregates: Aggregates, node_of, sums: Mapping[str, Mapping[str, float]], units: "_Units",
+            recorded: bool) -> tuple[set[str], dict[str, memory.Framebuffer]]:
+    """The nodes whose memory is known — every GPU reporting FB_USED also reports FB_FREE — and
+    the framebuffer of their placeable units, where the rows say (`scoring.memory`)."""
+    if recorded:  # the rules name only the nodes where fewer do
+        unknown = {node_of(row) for row in aggregates.get("fb_unknown", ())}
+        known = {node for node, figures in sums.items() if "fb_used" in figures} - unknown
+        if "fb_placeable_used" not in aggregates:
+            return known, {}
+        return known, memory.placeable_from_records(aggregates["fb_placeable_used"],
+                                                    aggregates.get("fb_placeable_free", ()), node_of, known)
+    known = {node for node, counts in _by_node_and_name(aggregates.get("fb_counts", ()), node_of).items()
+             if counts.get("fb_used", 0) > 0 and counts.get("fb_used") == counts.get("fb_free")}
+    rows = aggregates.get("fb_units")
+    return known, {} if rows is None else memory.placeable_from_units(rows, node_of, units.held_alone)
 
 
 @dataclass(slots=True)
@@ -236,12 +251,17 @@ class _Units:
     pods: dict[str, dict[tuple[str, str], list]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(lambda: [0, 0.0, []])))
     warnings: tuple[str, ...] = ()
+    held_alone: set[UnitKey] = field(default_factory=set)
+    """Units a workload pod holds and no other pod shares (`scoring.memory`)."""
 
     def credit(self, rows: Mapping[UnitKey, tuple[float, Mapping[str, str]]],
-               ksm_pods: Collection[tuple[str, str]] | None, units_per_node: Mapping[str, int] | None = None) -> None:
+               ksm_pods: Collection[tuple[str, str]] | None, units_per_node: Mapping[str, int] | None = None,
+               pods_per_unit: Mapping[UnitKey, int] | None = None) -> None:
         """Credit each unit's utilisation to the workload pod its labels name."""
         allocated_to, self.warnings = classify_workloads({key: labels for key, (_, labels) in rows.items()},
                                                          ksm_pods, units_per_node)
+        if pods_per_unit is not None:
+            self.held_alone = memory.held_alone(allocated_to, pods_per_unit)
         for key, pod in allocated_to.items():
             held = self.pods[key[0]][pod.namespace, pod.name]
             held[0] += 1
@@ -280,7 +300,8 @@ def _units_from_rows(aggregates: Aggregates, node_of, ksm_pods, busy: dcgm.BusyM
         figures[0] += value
         figures[1] += 1
         figures[2] = max(figures[2], value)
-    found.credit(units, ksm_pods)
+    copies = [row for name, _, _ in busy.readings for row in aggregates.get(name, ())]
+    found.credit(units, ksm_pods, pods_per_unit=memory.pods_per_unit(copies, node_of))
     return found
 
 
@@ -416,6 +437,7 @@ def aggregate_samples(samples: Iterable[GpuSample]) -> dict[str, list[Series]]:
                 sums[s.node, metric] += value
                 if metric != dcgm.POWER_USAGE:
                     counts[s.node, metric] += 1
+                    rows["fb_units"].append(Series(unit | {"__name__": metric}, value))
     for name, by_key in (("sums", sums), ("fb_counts", counts)):
         rows[name] = [Series({"node": node, "__name__": metric}, value) for (node, metric), value in by_key.items()]
     return dict(rows) | signals.aggregate(samples)

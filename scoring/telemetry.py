@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 
+from scoring import memory
+from scoring.memory import Framebuffer
 from scoring.policy import ServingTarget
 
 
@@ -192,12 +194,23 @@ class NodeTelemetry:
     gpus_heat_throttled: int = 0
     """GPUs whose clocks heat holds down now (SW or HW thermal slowdown, or HW slowdown, which
     fires for heat as well as for an external power brake)."""
+    placeable_fb: Framebuffer | None = None
+    """Framebuffer over the GPUs a new pod could take or share (`scoring.memory`); None where the
+    exporters' figures do not say which GPUs pods hold, and the whole node's figures stand in."""
 
     @property
     def memory_used_fraction(self) -> float | None:
         if self.fb_used_mib is None or not self.fb_total_mib:
             return None
         return self.fb_used_mib / self.fb_total_mib
+
+    @property
+    def placeable_memory_fraction(self) -> float | None:
+        """Memory used on the GPUs a new pod could take or share; None where there are none (or
+        memory is unknown)."""
+        if self.fb_total_mib is None:
+            return None
+        return self.memory_used_fraction if self.placeable_fb is None else memory.fraction(self.placeable_fb)
 
     @property
     def util_mean(self) -> float:

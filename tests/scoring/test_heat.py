@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from scoring.heat import Tier, fleet_heat, node_heat
+from scoring.placement import base_headroom
 from scoring.policy import HeatPolicy
 from scoring.series import Series, aggregate_samples, build_snapshot
 from scoring.telemetry import ClusterSnapshot, GpuSample, NodeTelemetry, PodRef
@@ -122,11 +123,14 @@ def test_on_an_llm_fleet_the_servers_load_not_the_duty_cycle_says_how_busy_a_nod
     assert "KV 95%, 250 running + 0 waiting of 256" in hot.reasons[0]
     assert node_heat(batch_bound, POLICY).tier is Tier.HOT, "a full batch with a queue is load, whatever the cache"
     assert not any("memory" in r for r in node_heat(light, POLICY).reasons), "a preallocated cache is not pressure"
-    # Without the servers' load figures: every node reads hot on duty cycle and memory, as before.
+    # Without the servers' load figures every node reads hot on its duty cycle, as before; its
+    # memory says nothing, since each GPU is one replica's (`scoring.memory`).
     for telemetry in (light, heavy):
         blind = replace(telemetry, serving=tuple(replace(r, kv_usage=None, running=None) for r in telemetry.serving))
         assert node_heat(blind, POLICY).tier is Tier.HOT
-        assert {r.split(" ")[0] for r in node_heat(blind, POLICY).reasons} >= {"mean", "GPU"}
+        assert [r.split(" ")[0] for r in node_heat(blind, POLICY).reasons] == ["mean"]
+        assert node_heat(blind, POLICY).memory_used_fraction == pytest.approx(0.9)
+        assert node_heat(blind, POLICY).memory_room_used is None
 
 
 def test_a_replica_reporting_load_stands_in_only_for_its_own_gpus():
@@ -135,5 +139,47 @@ def test_a_replica_reporting_load_stands_in_only_for_its_own_gpus():
     serving = tuple(r if i < 4 else replace(r, kv_usage=None, running=None) for i, r in enumerate(telemetry.serving))
     heat = node_heat(replace(telemetry, serving=serving), POLICY)
     assert heat.gpu_util == pytest.approx(48.5) and heat.max_gpu_util == pytest.approx(97.0)
-    assert heat.tier is Tier.WARM and heat.reasons == ("GPU memory 90% used ≥ 75%",), \
-        "the replicas without load figures keep their framebuffer's say"
+    assert heat.tier is Tier.COOL and heat.reasons == (), "a GPU one replica holds: its memory is no pressure"
+
+
+def _eight(name: str, held: dict[int, list[str]], used: dict[int, float]) -> NodeTelemetry:
+    """Eight 80 GiB GPUs; `held` names each held GPU's pods (two for a shared GPU, one sample per
+    pod as dcgm-exporter writes it), `used` the MiB used where it is not 500."""
+    samples = []
+    for i in range(8):
+        for pod in held.get(i, [None]):
+            samples.append(replace(gpu(i, util=30.0, used=used.get(i, 500.0), free=81_920.0 - used.get(i, 500.0),
+                                       pod=PodRef("chat", pod) if pod else None), node=name))
+    (telemetry,) = build_snapshot(aggregate_samples(samples), taken_at=NOW).nodes
+    return telemetry
+
+
+def test_memory_counts_on_free_and_shared_gpus_only():
+    preallocated = {i: 73_728.0 for i in range(6)}
+    # Six GPUs each held by one vLLM replica (90 % preallocated), two free: room, not pressure.
+    exclusive = node_heat(_eight("exclusive", {i: [f"r{i}"] for i in range(6)}, preallocated), POLICY)
+    assert exclusive.memory_used_fraction == pytest.approx((6 * 73_728 + 2 * 500) / (8 * 81_920))
+    assert exclusive.memory_room_used == pytest.approx(500 / 81_920) and exclusive.tier is Tier.COOL
+    # A GPU two replicas share (time-slicing), 90 % used: the next replica's cache must fit beside them.
+    shared = node_heat(_eight("shared", {0: ["a", "b"], **{i: [f"r{i}"] for i in range(1, 8)}}, {0: 73_728.0}),
+                       POLICY)
+    assert shared.memory_room_used == pytest.approx(0.9)
+    assert shared.tier is Tier.WARM and shared.reasons == ("GPU memory 90% used on free and shared GPUs ≥ 75%",)
+    # A free GPU whose memory something outside Kubernetes holds is room lost.
+    leaked = node_heat(_eight("leaked", {i: [f"r{i}"] for i in range(7)}, {7: 78_000.0}), POLICY)
+    assert leaked.tier is Tier.HOT and "on free and shared GPUs" in leaked.reasons[0]
+    # The ranking reads the same figure: the node with free, empty GPUs outranks the leaked one.
+    assert base_headroom(exclusive) > base_headroom(replace(exclusive, memory_room_used=leaked.memory_room_used))
+
+
+def test_a_node_with_more_gpus_allocatable_than_report_shares_them_all():
+    """Time-slicing: dcgm-exporter names one pod per GPU by default, so the rows look exclusive;
+    kube-state-metrics' allocatable (4 replicas a GPU) says otherwise, and the whole node counts."""
+    samples = [replace(gpu(i, util=30.0, used=73_728.0, free=8_192.0, pod=PodRef("chat", f"r{i}")), node="sliced")
+               for i in range(8)]
+    aggregates = aggregate_samples(samples)
+    (alone,) = build_snapshot(aggregates, taken_at=NOW).nodes
+    (sliced,) = build_snapshot(aggregates, taken_at=NOW, allocatable_gpus=[Series({"node": "sliced"}, 32.0)]).nodes
+    assert alone.placeable_fb is not None and alone.placeable_memory_fraction is None
+    assert sliced.placeable_fb is None and sliced.placeable_memory_fraction == pytest.approx(0.9)
+    assert node_heat(sliced, POLICY).reasons == ("GPU memory 90% used ≥ 75%",)

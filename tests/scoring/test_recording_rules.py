@@ -15,10 +15,13 @@ import yaml
 
 from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
 from scoring import dcgm, recording
+from scoring.memory import Framebuffer
 from scoring.policy import default_policy, parse_policy
 from scoring.series import SUMMED
 from scoring.prometheus import connect, read_snapshot, read_window, recorded_fingerprint
 from scoring.queries import topology_keys
+from scoring.telemetry import GpuSample, PodRef
+from sim.dcgm_text import render_exposition
 from sim.fleet import FleetSpec
 from tests.conftest import _require_prometheus, rules_evaluated_every_second
 
@@ -129,3 +132,32 @@ def test_recorded_and_raw_reads_give_the_same_snapshot_and_window(fake_dcgm, tmp
     assert set(rec_window) == set(raw_window) == {n.name for n in raw_snapshot.nodes}
     for node, stats in raw_window.items():
         assert rec_window[node].mean == pytest.approx(stats.mean) and rec_window[node].low == pytest.approx(stats.low)
+
+
+def test_raw_and_recorded_reads_count_memory_room_on_free_and_shared_gpus_alike(exposition_server, tmp_path):
+    """One node: GPU 0 one replica's (90 % preallocated), GPU 1 shared by two replicas (a series per
+    pod, as dcgm-exporter writes a shared GPU), GPU 2 free with 60 GiB held outside Kubernetes,
+    GPU 3 free and idle. Memory room is GPUs 1–3, read the same through the rules as raw."""
+    _require_prometheus()
+    policy = default_policy()
+    path = rules_evaluated_every_second(policy, tmp_path)
+
+    def sample(gpu: str, used: float, pod: str | None) -> GpuSample:
+        return GpuSample(node="n1", gpu=gpu, uuid=f"GPU-{gpu}", model="NVIDIA H100 80GB HBM3", util_percent=30.0,
+                         fb_used_mib=used, fb_free_mib=81_920.0 - used, temperature_c=50.0, power_w=300.0,
+                         pod=PodRef("chat", pod, "server") if pod else None)
+
+    readings = [sample("0", 73_728.0, "solo"), sample("1", 40_000.0, "a"), sample("1", 40_000.0, "b"),
+                sample("2", 61_440.0, None), sample("3", 500.0, None)]
+    target = ScrapeTarget(exposition_server(render_exposition(readings, profiling=policy.telemetry.use_profiling_metrics)))
+    with LocalPrometheus([target]) as raw, LocalPrometheus([target], rule_files=(path,)) as ruled:
+        raw.wait_for(dcgm.FB_USED, at_least=5)
+        ruled.wait_for(recording.snapshot_record("fb_placeable_used"))
+        time.sleep(3)
+        nodes = {}
+        for name, prom in (("raw", raw), ("recorded", ruled)):
+            configured = replace(policy, prometheus=replace(policy.prometheus, url=prom.url))
+            (nodes[name],) = read_snapshot(connect(configured.prometheus), configured).nodes
+    for node in nodes.values():
+        assert node.placeable_fb == Framebuffer(40_000.0 + 61_440.0 + 500.0, 3 * 81_920.0)
+        assert node.memory_used_fraction == pytest.approx((73_728 + 40_000 + 61_440 + 500) / (4 * 81_920))

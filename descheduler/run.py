@@ -17,7 +17,6 @@ from descheduler.ledger_store import LedgerConflict, load_ledger, record_evictio
 from descheduler import step
 from descheduler.plan import Plan
 from descheduler.summary import RunSummary, summarise
-from scoring.heat import FleetHeat
 from scoring.policy import BalancerPolicy
 from scoring.serving import SustainedServing
 from scoring.telemetry import ClusterSnapshot, WindowStats
@@ -103,8 +102,8 @@ class PrometheusTelemetry:
     def serving_window(self, snapshot: ClusterSnapshot) -> dict[tuple[str, str], SustainedServing]:
         return read_serving_window(self._query, self._policy, snapshot)
 
-    def throttle_window(self, fleet: FleetHeat) -> dict[str, WindowStats]:
-        return read_throttle_window(self._query, self._policy, fleet)
+    def throttle_window(self) -> dict[str, WindowStats]:
+        return read_throttle_window(self._query, self._policy)
 
 
 def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: Callable[[], datetime],

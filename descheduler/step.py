@@ -36,8 +36,8 @@ class DeschedulerTelemetry(Protocol):
         """Each serving replica the snapshot shows, over the same window."""
         ...
 
-    def throttle_window(self, fleet: FleetHeat) -> Mapping[str, WindowStats]:
-        """Each node's count of GPUs held below their clocks over the window (only where some is now)."""
+    def throttle_window(self) -> Mapping[str, WindowStats]:
+        """Each node's count of GPUs held below their clocks over the window (asked only while some is)."""
         ...
 
 
@@ -69,4 +69,6 @@ def plan(source: DeschedulerTelemetry, found: Assessment, *, cluster: Cluster, l
     return plan_evictions(fleet=found.fleet, snapshot=found.snapshot, window=source.window(), cluster=cluster,
                           ledger=ledger, policy=policy.descheduler, now=found.at,
                           serving_window=source.serving_window(found.snapshot),
-                          throttle_window=source.throttle_window(found.fleet))
+                          # Only a node throttled now can be a throttling source: no query otherwise.
+                          throttle_window=source.throttle_window() if any(
+                              node.throttled for node in found.fleet.nodes) else {})

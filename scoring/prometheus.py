@@ -27,7 +27,6 @@ from urllib3.util.retry import Retry
 
 from scoring import recording, serving
 from scoring.errors import TelemetryError
-from scoring.heat import FleetHeat
 from scoring.policy import BalancerPolicy, PrometheusConnection
 from scoring.queries import (RECORDED_INSTEAD, REPLACEMENT_ROWS, snapshot_queries, throttle_window_queries,
                              topology_keys, window_queries)
@@ -416,11 +415,8 @@ def read_window(query: QueryFn, policy: BalancerPolicy) -> dict[str, WindowStats
     return _window_stats(run_queries(query, queries), policy)
 
 
-def read_throttle_window(query: QueryFn, policy: BalancerPolicy, fleet: FleetHeat) -> dict[str, WindowStats]:
-    """Node → its count of GPUs held below their clocks over the descheduler's window; no query
-    at all when no node is throttled now (nothing the throttling strategy could act on)."""
-    if not any(node.throttled for node in fleet.nodes):
-        return {}
+def read_throttle_window(query: QueryFn, policy: BalancerPolicy) -> dict[str, WindowStats]:
+    """Node → its count of GPUs held below their clocks over the descheduler's window."""
     d = policy.descheduler
     queries = throttle_window_queries(policy.prometheus.selector_matchers, window_seconds=d.window_seconds,
                                       step_seconds=d.step_seconds, quantile=d.low_quantile)

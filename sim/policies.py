@@ -17,7 +17,7 @@ from scoring.claims import ClaimBook, book_from_objects, class_of, pod_claims
 from scoring.cluster_state import ClusterState
 from scoring.feasibility import constraints_of, why_infeasible
 from scoring.errors import TelemetryError
-from scoring.heat import FleetHeat, fleet_heat
+from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
 from scoring.queries import topology_keys
 from scoring import dcgm
@@ -581,8 +581,8 @@ class SimulatedTelemetry:
             return {}
         return self._balancer._serving_window(self._span(self._world.serving), self._steps, snapshot)
 
-    def throttle_window(self, fleet: FleetHeat) -> dict[str, WindowStats]:
-        if not any(node.throttled for node in fleet.nodes) or not self._world.gpu_readings:
+    def throttle_window(self) -> dict[str, WindowStats]:
+        if not self._world.gpu_readings:
             return {}
         readings = self._span(self._world.gpu_readings)
         found = {name: _window_stats(_throttled_counts(readings, name), self._steps, self._quantile)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from descheduler import step
 from descheduler.ledger import LedgerState
 from descheduler.plan import plan_evictions
 from scoring import dcgm
@@ -98,7 +99,7 @@ def test_the_throttling_window_counts_what_a_real_prometheus_scraped(prometheus)
         time.sleep(policy.descheduler.window_seconds)  # a window's worth of the same scrape
         snapshot = read_snapshot(query, policy)
         fleet = fleet_heat(snapshot, policy.heat, now=snapshot.taken_at, staleness_limit_seconds=1e9)
-        stats = read_throttle_window(query, policy, fleet)
+        stats = read_throttle_window(query, policy)
     finally:
         server.shutdown()
     capped = {n.name: n.gpus_power_capped for n in snapshot.nodes if n.gpus_power_capped}
@@ -111,7 +112,31 @@ def test_the_throttling_window_counts_what_a_real_prometheus_scraped(prometheus)
 
 
 def test_with_no_gpu_throttled_the_window_is_never_asked_for():
+    """The step asks its source for the throttling window only while some node is throttled:
+    nothing else could act on it, and it is a range query over every GPU."""
     asked = []
-    fleet = fleet_heat(ClusterSnapshot(NOW, (telemetry("a", 50.0),), newest_sample_at=NOW), HeatPolicy(), now=NOW,
-                       staleness_limit_seconds=60)
-    assert read_throttle_window(lambda q: asked.append(q) or [], default_policy(), fleet) == {} and asked == []
+
+    class Source:
+        where = "a test"
+
+        def snapshot(self):
+            return ClusterSnapshot(NOW, (telemetry("a", 50.0),), newest_sample_at=NOW)
+
+        def window(self):
+            return {}
+
+        def serving_window(self, snapshot):
+            return {}
+
+        def throttle_window(self):
+            asked.append("throttle")
+            return {}
+
+    found = step.assess(Source(), default_policy(), lambda: NOW)
+    step.plan(Source(), found, cluster=cluster(node_obj("a")), ledger=LedgerState(), policy=default_policy())
+    assert asked == []
+    throttled = replace(found, fleet=replace(found.fleet, nodes=tuple(
+        replace(n, reasons=("throttled: power cap on 1 GPU",)) for n in found.fleet.nodes)))
+    assert all(n.throttled for n in throttled.fleet.nodes)
+    step.plan(Source(), throttled, cluster=cluster(node_obj("a")), ledger=LedgerState(), policy=default_policy())
+    assert asked == ["throttle"]

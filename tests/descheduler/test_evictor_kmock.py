@@ -14,18 +14,13 @@ from descheduler.ledger_store import load_ledger, save_ledger
 from descheduler.plan import Plan, PlannedEviction
 from scoring.policy import DeschedulerPolicy
 from tests.descheduler.helpers import NOW
-from tests.kube_semantics import GuardedObject, serve_evictions
+from tests.kube_semantics import GuardedObject, serve_evictions, status
 
 POLICY = DeschedulerPolicy()
 
 
 def planned(*names):
     return Plan(("hot-a",), tuple(PlannedEviction("ml", n, "hot-a", f"ml/Deployment/{n}", "hot") for n in names), (), ())
-
-
-def status(code, reason, message):
-    return {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code, "reason": reason,
-            "message": message}
 
 
 def eviction_requests(emulator, pod):
@@ -120,8 +115,8 @@ def test_a_ledger_that_changes_under_every_write_gives_up_and_the_report_says_so
     core = client.CoreV1Api(api)
     save_ledger(core, LedgerState(), None, POLICY)
     path = f"/api/v1/namespaces/{POLICY.ledger_namespace}/configmaps/{POLICY.ledger_name}"
-    emulator[f"patch {path}"] << 409 << status(409, "Conflict", "the object has been modified; please apply "
-                                                "your changes to the latest version and try again")
+    emulator[f"patch {path}"] << status(409, "Conflict", "the object has been modified; please apply "
+                                         "your changes to the latest version and try again")
     record = EvictionRecord("ml/Deployment/svc", "ml", "svc-1", "hot-a", NOW)
     with pytest.raises(LedgerConflict) as gave_up:
         record_evictions(core, [record], NOW, POLICY, read=(LedgerState(), "41"))

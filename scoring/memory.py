@@ -6,77 +6,31 @@ A model server preallocates: vLLM takes 90 % of its GPU's framebuffer whatever i
 (`--gpu-memory-utilization`, default 0.9), so a fleet of idle replicas reads as full memory. A GPU
 one pod holds cannot take another pod however much of its memory is free, so its memory is
 neither pressure nor room. Memory used on a free GPU (a process outside Kubernetes, a leak) is
-room lost, and on a shared GPU (time-slicing, MPS, a shared DRA claim) it is what the next
-replica's KV cache must fit beside.
+room lost, and on a shared GPU (a shared DRA claim, or time-slicing where dcgm-exporter writes a
+series per pod) it is what the next replica's KV cache must fit beside.
 
 dcgm-exporter names one pod per time-sliced GPU by default (its issues #151, #307; a copy per
 replica only with `KUBERNETES_VIRTUAL_GPUS`), so where kube-state-metrics shows more GPUs
 allocatable than report, the node's GPUs count as shared and its whole framebuffer stands
 (`scoring.series.build_snapshot`).
 
-Raw rows give each unit's FB_USED and FB_FREE (`fb_units`); the recording rules give the sums over
-placeable units per node (`fb_placeable_used`, `fb_placeable_free`), counting a unit held alone
-where the recorded pod rows name one pod.
+Prometheus sums it per node (`scoring.queries.placeable_memory_queries`, recorded as it is); the
+simulator and `explain` sum their samples by the same rule (`placeable_rows`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 
-from scoring import dcgm
 from scoring.rows import Series
-
-Key = tuple[str, str, str]
-"""(node, gpu, MIG instance id or ""), as `scoring.series.UnitKey`."""
+from scoring.telemetry import Framebuffer, GpuSample
 
 
-@dataclass(frozen=True, slots=True)
-class Framebuffer:
-    """MiB used and total over a node's placeable units (total 0: every unit is one pod's)."""
-
-    used_mib: float
-    total_mib: float
-
-
-def pods_per_unit(rows: Iterable[Series], node_of: Callable[[Series], str]) -> dict[Key, int]:
-    """How many distinct pods the per-unit rows name for each unit (dcgm-exporter writes a shared
-    GPU's series once per pod)."""
-    pods: dict[Key, set[tuple[str, str]]] = defaultdict(set)
-    for row in rows:
-        labels = row.labels
-        pod = labels.get("exported_pod") or labels.get("pod", "")
-        if pod and (node := node_of(row)):
-            namespace = labels.get("exported_namespace") or labels.get("namespace", "")
-            pods[node, labels.get("gpu", ""), labels.get("GPU_I_ID", "")].add((namespace, pod))
-    return {key: len(named) for key, named in pods.items()}
-
-
-def placeable_from_units(rows: Iterable[Series], node_of: Callable[[Series], str],
-                         held_alone: Collection[Key]) -> dict[str, Framebuffer]:
-    """Per node, the framebuffer of the units not held alone, from one row per unit and gauge."""
-    used: dict[str, float] = defaultdict(float)
-    total: dict[str, float] = defaultdict(float)
-    for row in rows:
-        if not (node := node_of(row)):
-            continue
-        total[node] += 0.0
-        if (node, row.labels.get("gpu", ""), row.labels.get("GPU_I_ID", "")) in held_alone:
-            continue
-        metric = row.labels.get("__name__", "")
-        if metric == dcgm.FB_USED:
-            used[node] += row.value
-            total[node] += row.value
-        elif metric == dcgm.FB_FREE:
-            total[node] += row.value
-    return {node: Framebuffer(used[node], total[node]) for node in total}
-
-
-def placeable_from_records(used: Iterable[Series], free: Iterable[Series], node_of: Callable[[Series], str],
-                           nodes: Iterable[str]) -> dict[str, Framebuffer]:
-    """Per node, from the recorded sums of FB_USED and FB_FREE over placeable units; a node
-    without rows has none."""
+def placeable_per_node(used: Iterable[Series], free: Iterable[Series], node_of: Callable[[Series], str],
+                       nodes: Iterable[str]) -> dict[str, Framebuffer]:
+    """Per node, from the sums of FB_USED and FB_FREE over placeable units; a node without rows
+    has none."""
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for index, rows in enumerate((used, free)):
         for row in rows:
@@ -86,13 +40,22 @@ def placeable_from_records(used: Iterable[Series], free: Iterable[Series], node_
             for node in nodes}
 
 
-def fraction(framebuffer: Framebuffer | None) -> float | None:
-    """Used over total; None where no unit is placeable."""
-    if framebuffer is None or framebuffer.total_mib <= 0:
-        return None
-    return framebuffer.used_mib / framebuffer.total_mib
-
-
-def held_alone(allocated: Mapping[Key, object], pods: Mapping[Key, int]) -> set[Key]:
-    """The units credited to a workload pod and named by no other pod."""
-    return {key for key in allocated if pods.get(key, 1) <= 1}
+def placeable_rows(samples: Iterable[GpuSample]) -> dict[str, list[Series]]:
+    """The rows Prometheus would give for these GPUs (node label `node`): a unit is held alone
+    where its samples name exactly one pod (a shared GPU has a sample per pod)."""
+    pods: dict[tuple[str, str, str], set] = defaultdict(set)
+    figures: dict[tuple[str, str, str], GpuSample] = {}
+    for s in samples:
+        key = (s.node, s.gpu, s.mig_instance)
+        figures.setdefault(key, s)
+        if s.pod is not None:
+            pods[key].add((s.pod.namespace, s.pod.name))
+    sums: dict[tuple[str, str], float] = defaultdict(float)
+    for key, s in figures.items():
+        if len(pods[key]) == 1:
+            continue
+        for part, value in (("used", s.fb_used_mib), ("free", s.fb_free_mib)):
+            if value is not None:
+                sums[key[0], part] += value
+    return {f"fb_placeable_{part}": [Series({"node": node}, value) for (node, p), value in sums.items() if p == part]
+            for part in ("used", "free")}

@@ -61,8 +61,7 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, busy: dcgm.BusyM
         # series once per pod (and a target scraped twice writes each twice).
         "sums": f"sum by (__name__, {_NODE}) ({per_gpu} ({selector('', matchers, summed)}))",
         "fb_counts": f"count by (__name__, {_NODE}) ({per_gpu} ({selector('', matchers, framebuffer)}))",
-        # Each unit's framebuffer: which units count for memory room is decided with the pods (`scoring.memory`).
-        "fb_units": f"{per_gpu} ({selector('', matchers, framebuffer)})",
+        **placeable_memory_queries(matchers),
         **signals.queries(matchers),  # temperature, throttling, XIDs: a few rows per node
         # Functions drop the metric name, so each gauge is reduced on its own before the union.
         "seen_recently": f"count by ({_NODE}) ({' or '.join(recently)})",
@@ -79,13 +78,12 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, busy: dcgm.BusyM
     return queries
 
 
-RECORDED_INSTEAD = ("gpu_busy", "gpu_engine_active", "gpu_util", "fb_counts", "fb_units")
+RECORDED_INSTEAD = ("gpu_busy", "gpu_engine_active", "gpu_util", "fb_counts")
 """The raw queries whose answers have a row per unit or per node and gauge: the recording rules
 replace them by per-node records (`replacement_records`), which is what makes a recorded
 refresh cheap."""
 
-REPLACEMENT_ROWS = ("node_units", "node_util_sum", "node_util_max", "mig_parents", "pod_units", "fb_unknown",
-                    "fb_placeable_used", "fb_placeable_free")
+REPLACEMENT_ROWS = ("node_units", "node_util_sum", "node_util_max", "mig_parents", "pod_units", "fb_unknown")
 """The replacement records the reader fetches (the others are steps between)."""
 
 
@@ -130,11 +128,25 @@ def replacement_records(matchers: str, *, busy: dcgm.BusyMeasure, recorded: Call
         "pod_units": (f"max by ({unit}, {_WORKLOAD}) (({exported} or ({bare_pods} unless on () count({exported})))"
                       f" unless on ({unit}) {partitioned})"),
         "fb_unknown": f"count by ({_NODE}) (count by ({unit}) (max by (__name__, {unit}) ({framebuffer})) == 1)",
-        # Memory room (`scoring.memory`): the framebuffer of units no pod row names alone.
-        **{f"fb_placeable_{part}": (f"sum by ({_NODE}) (max by ({unit}) ({selector(metric, matchers)}) "
-                                    f"unless on ({unit}) (count by ({unit}) ({recorded('pod_units')}) == 1))")
-           for part, metric in (("used", dcgm.FB_USED), ("free", dcgm.FB_FREE))},
     }
+
+
+def placeable_memory_queries(matchers: str) -> dict[str, str]:
+    """FB_USED and FB_FREE summed per node over the GPUs a new pod could take or share
+    (`scoring.memory`): every GPU but those whose series name exactly one workload pod — an
+    `exported_pod`, or a bare `pod` that is not the exporter's own where no series has
+    `exported_pod` (the rule `pod_units` records). A few rows per node, so the recording rules
+    record it as it is."""
+    hints = "|".join(EXPORTER_HINTS)
+    unit = BY_UNIT
+    named = "exported_pod, exported_namespace, pod, namespace"
+    exported = selector(dcgm.FB_USED, matchers, 'exported_pod!=""')
+    bare = selector(dcgm.FB_USED, matchers, 'pod!=""', f'pod!~".*({hints}).*"', f'container!~".*({hints}).*"')
+    held_alone = (f"count by ({unit}) (max by ({unit}, {named}) ({exported} or ({bare} unless on () "
+                  f"count({exported})))) == 1")
+    return {f"fb_placeable_{part}": f"sum by ({_NODE}) (max by ({unit}) ({selector(metric, matchers)}) "
+                                    f"unless on ({unit}) ({held_alone}))"
+            for part, metric in (("used", dcgm.FB_USED), ("free", dcgm.FB_FREE))}
 
 
 def topology_keys(policy: BalancerPolicy) -> tuple[str, ...]:

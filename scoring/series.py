@@ -18,7 +18,7 @@ from datetime import datetime
 from scoring import dcgm, memory
 from scoring.signals import registry as signals
 from scoring.rows import Series
-from scoring.telemetry import (ClusterSnapshot, GpuKind, GpuSample, NodeTelemetry, PodRef, PodUsage,
+from scoring.telemetry import (ClusterSnapshot, Framebuffer, GpuKind, GpuSample, NodeTelemetry, PodRef, PodUsage,
                                natural_key as _natural, unit_id)
 
 
@@ -181,7 +181,7 @@ def build_snapshot(
     kinds, util, reporting, pod_figures = units.kinds, units.util, units.reporting, units.pods
 
     sums = _by_node_and_name(aggregates.get("sums", ()), node_of)
-    memory_known, placeable = _memory(aggregates, node_of, sums, units, recorded)
+    memory_known, placeable = _memory(aggregates, node_of, sums, recorded)
     signalled = signals.read(aggregates, node_of)
 
     seen = _sum_by(gpus_seen_recently, label)
@@ -223,21 +223,20 @@ def build_snapshot(
                            newest_sample_at=newest_sample_at, warnings=units.warnings)
 
 
-def _memory(aggregates: Aggregates, node_of, sums: Mapping[str, Mapping[str, float]], units: "_Units",
-            recorded: bool) -> tuple[set[str], dict[str, memory.Framebuffer]]:
+def _memory(aggregates: Aggregates, node_of, sums: Mapping[str, Mapping[str, float]],
+            recorded: bool) -> tuple[set[str], dict[str, Framebuffer]]:
     """The nodes whose memory is known — every GPU reporting FB_USED also reports FB_FREE — and
     the framebuffer of their placeable units, where the rows say (`scoring.memory`)."""
     if recorded:  # the rules name only the nodes where fewer do
         unknown = {node_of(row) for row in aggregates.get("fb_unknown", ())}
         known = {node for node, figures in sums.items() if "fb_used" in figures} - unknown
-        if "fb_placeable_used" not in aggregates:
-            return known, {}
-        return known, memory.placeable_from_records(aggregates["fb_placeable_used"],
-                                                    aggregates.get("fb_placeable_free", ()), node_of, known)
-    known = {node for node, counts in _by_node_and_name(aggregates.get("fb_counts", ()), node_of).items()
-             if counts.get("fb_used", 0) > 0 and counts.get("fb_used") == counts.get("fb_free")}
-    rows = aggregates.get("fb_units")
-    return known, {} if rows is None else memory.placeable_from_units(rows, node_of, units.held_alone)
+    else:
+        known = {node for node, counts in _by_node_and_name(aggregates.get("fb_counts", ()), node_of).items()
+                 if counts.get("fb_used", 0) > 0 and counts.get("fb_used") == counts.get("fb_free")}
+    if "fb_placeable_used" not in aggregates:
+        return known, {}
+    return known, memory.placeable_per_node(aggregates["fb_placeable_used"], aggregates.get("fb_placeable_free", ()),
+                                            node_of, known)
 
 
 @dataclass(slots=True)
@@ -251,17 +250,12 @@ class _Units:
     pods: dict[str, dict[tuple[str, str], list]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(lambda: [0, 0.0, []])))
     warnings: tuple[str, ...] = ()
-    held_alone: set[UnitKey] = field(default_factory=set)
-    """Units a workload pod holds and no other pod shares (`scoring.memory`)."""
 
     def credit(self, rows: Mapping[UnitKey, tuple[float, Mapping[str, str]]],
-               ksm_pods: Collection[tuple[str, str]] | None, units_per_node: Mapping[str, int] | None = None,
-               pods_per_unit: Mapping[UnitKey, int] | None = None) -> None:
+               ksm_pods: Collection[tuple[str, str]] | None, units_per_node: Mapping[str, int] | None = None) -> None:
         """Credit each unit's utilisation to the workload pod its labels name."""
         allocated_to, self.warnings = classify_workloads({key: labels for key, (_, labels) in rows.items()},
                                                          ksm_pods, units_per_node)
-        if pods_per_unit is not None:
-            self.held_alone = memory.held_alone(allocated_to, pods_per_unit)
         for key, pod in allocated_to.items():
             held = self.pods[key[0]][pod.namespace, pod.name]
             held[0] += 1
@@ -300,8 +294,7 @@ def _units_from_rows(aggregates: Aggregates, node_of, ksm_pods, busy: dcgm.BusyM
         figures[0] += value
         figures[1] += 1
         figures[2] = max(figures[2], value)
-    copies = [row for name, _, _ in busy.readings for row in aggregates.get(name, ())]
-    found.credit(units, ksm_pods, pods_per_unit=memory.pods_per_unit(copies, node_of))
+    found.credit(units, ksm_pods)
     return found
 
 
@@ -437,10 +430,9 @@ def aggregate_samples(samples: Iterable[GpuSample]) -> dict[str, list[Series]]:
                 sums[s.node, metric] += value
                 if metric != dcgm.POWER_USAGE:
                     counts[s.node, metric] += 1
-                    rows["fb_units"].append(Series(unit | {"__name__": metric}, value))
     for name, by_key in (("sums", sums), ("fb_counts", counts)):
         rows[name] = [Series({"node": node, "__name__": metric}, value) for (node, metric), value in by_key.items()]
-    return dict(rows) | signals.aggregate(samples)
+    return dict(rows) | memory.placeable_rows(samples) | signals.aggregate(samples)
 
 
 def snapshot_from_readings(readings: Readings, *, taken_at: datetime, node_label: str = "auto",

@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 
-from scoring import memory
-from scoring.memory import Framebuffer
 from scoring.policy import ServingTarget
 
 
@@ -29,6 +27,15 @@ class PodRef:
     namespace: str
     name: str
     container: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Framebuffer:
+    """MiB used and total over the GPUs of a node a new pod could take or share (`scoring.memory`);
+    total 0 where every GPU is one pod's."""
+
+    used_mib: float
+    total_mib: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +217,10 @@ class NodeTelemetry:
         memory is unknown)."""
         if self.fb_total_mib is None:
             return None
-        return self.memory_used_fraction if self.placeable_fb is None else memory.fraction(self.placeable_fb)
+        if self.placeable_fb is None:
+            return self.memory_used_fraction
+        placeable = self.placeable_fb
+        return placeable.used_mib / placeable.total_mib if placeable.total_mib > 0 else None
 
     @property
     def util_mean(self) -> float:

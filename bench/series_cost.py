@@ -45,7 +45,10 @@ def main() -> None:
                     "raw sums, each GPU once": queries["sums"],
                     "raw sums, each series once": f"sum by (__name__, {per_node}) ({summed})",
                     "raw fb_counts, each GPU once": queries["fb_counts"],
-                    "raw fb_counts, each series once": f"count by (__name__, {per_node}) ({framebuffer})"}
+                    "raw fb_counts, each series once": f"count by (__name__, {per_node}) ({framebuffer})",
+                    # Memory room (issue 32): raw, and as the rules record it.
+                    "raw fb_placeable_used": queries["fb_placeable_used"],
+                    "recorded fb_placeable_used": recording.record_selector("fb_placeable_used", ours)}
         session = requests.Session()
         print(f"{args.nodes} nodes x {args.gpus} GPUs = {total} GPUs; medians of {args.repeats}")
         for label, promql in variants.items():

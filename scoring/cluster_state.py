@@ -25,7 +25,10 @@ from scoring.policy import PlacementPolicy
 from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView, node_with_devices
 from scoring.workloads import BadQuantity, gpu_request
 
-KINDS = ("nodes", "pods", "resourceslices", "resourceclaims", "resourceclaimtemplates")
+LISTED = {"ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
+          "ResourceClaimTemplate": "resourceclaimtemplates", "Node": "nodes", "Pod": "pods"}
+"""Each object kind the state keeps, by the name it is listed under, in an order a full listing can
+be replayed in: claims and templates before the pods that name them."""
 
 
 def _parse_time(value: object) -> datetime | None:

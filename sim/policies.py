@@ -14,7 +14,7 @@ from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler import step
 from scoring.claims import ClaimBook, book_from_objects, class_of, pod_claims
-from scoring.cluster_state import ClusterState
+from scoring.cluster_state import LISTED, ClusterState
 from scoring.feasibility import constraints_of, why_infeasible
 from scoring.errors import TelemetryError
 from scoring.heat import fleet_heat
@@ -144,17 +144,12 @@ def claim_book(world: World, policy: BalancerPolicy) -> ClaimBook:
     return book_from_objects(world.templates.values(), policy.placement)
 
 
-WATCHED_KINDS = {"ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
-                 "ResourceClaimTemplate": "resourceclaimtemplates", "Node": "nodes", "Pod": "pods"}
-"""What the webhook's watch lists, kind by kind, claims before pods (a pod's claims are looked up)."""
-
-
 def watched_view(world: World, policy: BalancerPolicy, now: datetime) -> ClusterView:
     """The view the webhook's watch would hold: the world's objects listed into the same cluster
     state (`scoring.cluster_state`) production reduces them in."""
-    by_kind: dict[str, list[dict]] = {kind: [] for kind in WATCHED_KINDS.values()}
+    by_kind: dict[str, list[dict]] = {kind: [] for kind in LISTED.values()}
     for obj in cluster_objects(world):
-        if (kind := WATCHED_KINDS.get(obj.get("kind", ""))) is not None:
+        if (kind := LISTED.get(obj.get("kind", ""))) is not None:
             by_kind[kind].append(obj)
     state = ClusterState(policy.placement)
     for kind, objects in by_kind.items():

@@ -60,6 +60,7 @@ class PrometheusConnection:
     bearer_token_file: str = ""
     """File holding a bearer token (re-read on each refresh so rotated tokens are picked up)."""
     basic_auth: BasicAuth = field(default_factory=BasicAuth)
+    """HTTP basic auth (`username`, `passwordFile`), for Mimir or a reverse proxy."""
     ca_file: str = ""
     """CA bundle to verify Prometheus's TLS certificate; empty means the system trust store."""
     insecure_skip_verify: bool = False
@@ -232,12 +233,16 @@ class DeschedulerPolicy:
     max_evictions_per_run: int = 4
     """Evictions are disruptive: a few per 5-minute run lets the fleet settle between runs."""
     max_evictions_per_node: int = 2
+    """At most this many evictions from one node per run: its load falls by a pod or two, and the
+    next run sees whether that was enough."""
     max_evictions_per_namespace: int = 3
+    """At most this many evictions from one namespace (one team) per run."""
     cooldown_seconds: float = 1800.0
     """A workload evicted once is left alone for 30 minutes."""
     backoff_factor: float = 2.0
     """Each further eviction of the same workload within `backoffWindowSeconds` multiplies its cooldown."""
     backoff_window_seconds: float = 21600.0
+    """Six hours: repeated evictions of one workload within it back off (`backoffFactor`)."""
     evict_pods_with_local_storage: bool = False
     """emptyDir/hostPath data is lost on eviction; off unless you know the pods tolerate it."""
     payback_horizon_seconds: float = 1800.0
@@ -255,7 +260,9 @@ class DeschedulerPolicy:
     """A model server's start once its weights are loaded ("Graph capturing finished in 20-30
     secs" in vLLM's start-up log): assumption."""
     ledger_namespace: str = "gpu-balancer"
+    """Where the eviction ledger ConfigMap (cooldowns and back-off) lives: our own namespace."""
     ledger_name: str = "gpu-balancer-eviction-ledger"
+    """The ledger ConfigMap's name; the descheduler's Role may write only this one."""
     dry_run: bool = True
     """Report what would be evicted (JSON output and `WouldEvict` Events) and evict nothing. On by
     default and in the shipped base: a new install shows its choices before it acts on them."""
@@ -328,11 +335,14 @@ class ServingPolicy:
     exports these series: the heat model then judges on DCGM alone."""
 
     enabled: bool = True
+    """Read the servers' series. On by default: it costs a query that finds nothing where no server exports them."""
     quantile: float = 0.95
     """The latency quantile read from histograms: p95 is what latency objectives are usually set on."""
     window_seconds: float = 120.0
     """The rate window of latency histograms: eight 15 s scrapes, short enough to see a queue form."""
     servers: tuple[ServingServer, ...] = DEFAULT_SERVERS
+    """The model servers whose series are read: vLLM, SGLang, TGI and Triton by default; a list
+    given here replaces them (name, queueMetric, latencyHistogram, ... as `ServingServer`)."""
     targets: tuple[ServingTarget, ...] = ()
     """Per server, namespace or workload; the first that matches applies, else `defaultTarget`."""
     default_target: ServingTarget = field(default_factory=lambda: ServingTarget(latency_seconds=1.0, queue_depth=16.0))
@@ -346,7 +356,9 @@ class OptInPolicy:
     which evicts only pods in namespaces carrying it."""
 
     label: str = "gpu-balancer.io/enabled"
+    """The namespace label key that opts a namespace in."""
     value: str = "true"
+    """The value it must have."""
 
 
 @dataclass(frozen=True)

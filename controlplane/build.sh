@@ -10,7 +10,8 @@ KUBERNETES=v1.37.2
 ETCD=v3.7.0
 KWOK=v0.8.0
 CACHE="${GPU_BALANCER_CONTROL_PLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-balancer/control-plane}"
-BIN="$CACHE/kubernetes-$KUBERNETES-etcd-$ETCD-kwok-$KWOK/bin"
+# The build's own flavour is part of the key: "stamped" binaries report their version (below).
+BIN="$CACHE/kubernetes-$KUBERNETES-etcd-$ETCD-kwok-$KWOK-stamped/bin"
 PROGRAMS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 # KWOK's own default stages (nodes Ready with a lease heartbeat; pods Running, completed, deleted),
 # as its module publishes them: the bare kwok binary starts only with stages given.
@@ -27,7 +28,12 @@ mkdir -p "$BIN.partial"
 start=$(date +%s)
 echo "control plane: building Kubernetes $KUBERNETES, etcd $ETCD, KWOK $KWOK (cold: tens of minutes on 2 cores)..." >&2
 # -mod=readonly: go.sum, committed, is the whole dependency set; nothing is resolved afresh.
-go build -mod=readonly -trimpath -ldflags "-s -w" -o "$BIN.partial/" \
+# The version stamp Kubernetes' own release build sets: without it the API server reports
+# v0.0.0-master, and a Helm chart's kubeVersion requirement (or any client's check) fails.
+minor=${KUBERNETES#v1.}; minor=${minor%%.*}
+stamp="-X k8s.io/component-base/version.gitVersion=$KUBERNETES -X k8s.io/component-base/version.gitMajor=1"
+stamp="$stamp -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+go build -mod=readonly -trimpath -ldflags "-s -w $stamp" -o "$BIN.partial/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl ./cmd/etcd
 # KWOK's own go.mod decides its dependencies (it pins older k8s.io libraries than ours).

@@ -101,6 +101,8 @@ class FixedClusterView:
         self.view = ClusterView(facts, {n: {"nvidia.com/gpu": c} for n, c in held.items()}, frozenset(),
                                 datetime.now(timezone.utc), EMPTY_BOOK)
         self.live_claims = EMPTY_BOOK
+        self.relists = Counter()
+        """Relists by kind after an expired watch, as `ClusterWatch.relists`: none, nothing is watched."""
 
     def freeze(self):
         return self.view

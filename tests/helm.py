@@ -67,12 +67,15 @@ def policy_document(objects: list[dict]) -> str:
 
 def _normalised(obj: dict) -> dict:
     """One object as both install paths should agree on it: without Helm's bookkeeping labels and
-    hook annotations, kustomize's content hash in generated names, list order where Kubernetes
-    reads none (volumes, mounts), and the policy compared as the BalancerPolicy it decodes to."""
+    annotations, the revision in the certificate Job's name, kustomize's content hash in generated
+    names, list order where Kubernetes reads none (volumes, mounts), and the policy compared as the
+    BalancerPolicy it decodes to."""
     from scoring.policy import parse_policy
 
     obj = yaml.safe_load(yaml.safe_dump(obj))
     metadata = obj["metadata"]
+    if obj["kind"] == "Job" and "app.kubernetes.io/instance" in metadata.get("labels", {}):
+        metadata["name"] = re.sub(r"-\d+$", "", metadata["name"])  # the chart names it by revision
     for label in HELM_LABELS:
         metadata.get("labels", {}).pop(label, None)
     annotations = {k: v for k, v in metadata.get("annotations", {}).items() if not k.startswith("helm.sh/")}

@@ -23,7 +23,7 @@ from sim.dcgm_text import render_exposition
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.fleet import FleetSpec, generate_fleet
 from tests.conftest import require_tool
-from tests.control_plane.plane import REPOSITORY, ControlPlane, wait_until
+from tests.control_plane.plane import REPOSITORY, ControlPlane, spawn_tied, wait_until
 from webhook.pods import ADVICE_ANNOTATION
 
 ADVICE = ADVICE_ANNOTATION
@@ -141,13 +141,11 @@ class HostWebhook:
         env = {key: value for key, value in os.environ.items() if key != "KUBECONFIG"}
         if self.kubeconfig is not None:
             env["KUBECONFIG"] = str(self.kubeconfig)
-        log = open(self.workdir / f"{self.name}.log", "ab")
-        self.process = subprocess.Popen(
+        self.process = spawn_tied(
             [sys.executable, "-m", "gpu_balancer", "webhook", "--tls-cert", str(self.tls["tls.crt"]),
              "--tls-key", str(self.tls["tls.key"]), "--host", "127.0.0.1", "--port", str(self.port),
              "--config", str(self.policy)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPOSITORY)
-        log.close()
+            self.workdir / f"{self.name}.log", env=env, cwd=REPOSITORY)
         self.wait_ready(timeout)
 
     def ready(self) -> bool:
@@ -171,13 +169,14 @@ class HostWebhook:
 
         return httpx.get(f"{self.url}{path}", verify=ssl.create_default_context(cadata=self.trusted), timeout=2)
 
-    def metric(self, name: str, labels: str = "") -> float:
-        """A sample of /metrics by name and, optionally, its label set as written (`kind="pods"`)."""
-        wanted = f"{name}{{{labels}}} " if labels else None
-        for line in self.get("/metrics").text.splitlines():
-            if (line.startswith(wanted) if wanted else line.startswith((name + " ", name + "{"))):
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of /metrics samples named `name` whose labels include `labels` (`kind="pods"`),
+        read with prometheus_client's own parser; 0 where there is none."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        return sum(sample.value for family in text_string_to_metric_families(self.get("/metrics").text)
+                   for sample in family.samples
+                   if sample.name == name and labels.items() <= sample.labels.items())
 
     def stop(self) -> None:
         stop_process(self.process)

@@ -7,6 +7,7 @@ The binaries come from `controlplane/build.sh` (built from the Go module proxy, 
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import json
 import os
@@ -59,6 +60,24 @@ def wait_until(condition, what: str, timeout: float = READY_TIMEOUT_S, *, alive=
             return value
         time.sleep(interval)
     raise TimeoutError(f"{what}: not after {timeout:.0f} s{detail()}")
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: the kernel kills it when the thread that started it dies, so a
+    pytest killed by a signal (SIGKILL included, where no teardown runs) leaves no process behind."""
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def spawn_tied(argv: list[str], log: Path, **options) -> subprocess.Popen:
+    """Start `argv` with its output appended to `log`, in a session of its own (so a stop can
+    signal its whole group), and tied to this process's life."""
+    with open(log, "ab") as output:
+        return subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+                                **options)
 
 
 def _can_bind(port: int) -> bool:
@@ -151,10 +170,7 @@ class ControlPlane:
             "client-certificate": str(pki / f"{name}.crt"), "client-key": str(pki / f"{name}.key")})
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.workdir / f"{name}.log", "ab")
-        self.processes[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                                start_new_session=True)
-        log.close()
+        self.processes[name] = spawn_tied(argv, self.workdir / f"{name}.log", start_new_session=True)
 
     def _etcd(self) -> None:
         client, peer = self.ports["etcd"], self.ports["etcd-peer"]

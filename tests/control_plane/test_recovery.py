@@ -18,7 +18,7 @@ from scoring.policy import DeschedulerPolicy
 from sim.fleet import node_load_levels
 from tests.control_plane.install import FLEET, OPTED_IN, advised, fill, new_pod, preferred_nodes
 
-PODS_LISTED = ("gpu_balancer_cluster_view_lists_total", 'kind="pods"')
+PODS_LISTED = "gpu_balancer_cluster_view_lists_total"
 
 
 def test_control_plane_cluster_view_relists_after_a_watch_expired_by_etcd_compaction(installed):
@@ -35,8 +35,8 @@ def test_control_plane_cluster_view_relists_after_a_watch_expired_by_etcd_compac
     bare = [p["metadata"] for p in plane.get("pods", "-A", "--field-selector", f"spec.nodeName={freed}")["items"]
             if not p["metadata"].get("ownerReferences")]
     assert bare, f"{freed} is held by pods no filler can free"
-    plane.wait_for(lambda: webhook.metric(*PODS_LISTED) >= 1, "the view listed pods")
-    listed = webhook.metric(*PODS_LISTED)
+    plane.wait_for(lambda: webhook.metric(PODS_LISTED, kind="pods") >= 1, "the view listed pods")
+    listed = webhook.metric(PODS_LISTED, kind="pods")
     os.kill(webhook.process.pid, signal.SIGSTOP)
     try:
         for metadata in bare:
@@ -45,7 +45,8 @@ def test_control_plane_cluster_view_relists_after_a_watch_expired_by_etcd_compac
         plane.restart_apiserver()  # the watch cache starts again after the compacted revision
     finally:
         os.kill(webhook.process.pid, signal.SIGCONT)
-    plane.wait_for(lambda: webhook.metric(*PODS_LISTED) > listed, "the view relisted pods after 410 Gone", 60)
+    plane.wait_for(lambda: webhook.metric(PODS_LISTED, kind="pods") > listed,
+                   "the view relisted pods after 410 Gone", 60)
     assert "410 Gone" in webhook.log()
     time.sleep(3)  # the relisted view is taken into the advice at the next telemetry refresh (every 1 s)
     plane.apply(new_pod("after-compaction", "cp-gone"))

@@ -23,7 +23,8 @@ from sim.dcgm_text import render_exposition
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.fleet import FleetSpec, generate_fleet
 from tests.conftest import require_tool
-from tests.control_plane.plane import REPOSITORY, ControlPlane, spawn_tied, wait_until
+from tests.control_plane.plane import REPOSITORY, ControlPlane, spawn_tied
+from tests.polling import wait_until
 from webhook.pods import ADVICE_ANNOTATION
 
 ADVICE = ADVICE_ANNOTATION
@@ -162,7 +163,8 @@ class HostWebhook:
         assert self.process.poll() is None, f"the webhook exited: {self.log()}"
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        wait_until(self.ready, "webhook ready", timeout, alive=self._alive, detail=lambda: f": {self.log()}")
+        wait_until(self.ready, "webhook ready", timeout, alive=self._alive, detail=lambda: f": {self.log()}",
+                   interval=0.25)
 
     def get(self, path: str):
         import httpx

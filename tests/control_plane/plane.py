@@ -16,7 +16,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -30,6 +29,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from certs.issue import Issued, issue_ca, issue_serving
 from gpu_balancer.local_prometheus import free_port
+from tests.polling import wait_until
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPOSITORY / "controlplane" / "build.sh"
@@ -47,19 +47,6 @@ def build_binaries() -> Path:
         raise ControlPlaneUnavailable(f"controlplane/build.sh exited {result.returncode}: "
                                       f"{result.stderr.strip()[-2000:]}")
     return Path(result.stdout.strip().splitlines()[-1])
-
-
-def wait_until(condition, what: str, timeout: float = READY_TIMEOUT_S, *, alive=lambda: None,
-               detail=lambda: "", interval: float = 0.25):
-    """Poll `condition` until it returns something truthy, and return that. `alive` raises when
-    what is waited on has died (no use waiting out the timeout); `detail` adds a log to the error."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        alive()
-        if value := condition():
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"{what}: not after {timeout:.0f} s{detail()}")
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -267,7 +254,7 @@ class ControlPlane:
 
     def wait_for(self, condition, what: str, timeout: float = READY_TIMEOUT_S):
         """`wait_until`, failing at once if a process of the control plane exits meanwhile."""
-        return wait_until(condition, what, timeout, alive=self._alive,
+        return wait_until(condition, what, timeout, alive=self._alive, interval=0.25,
                           detail=lambda: f"; apiserver log: {self.log_tail('apiserver')}")
 
     def wait_ready(self) -> None:
@@ -327,7 +314,7 @@ class ControlPlane:
     def restart_apiserver(self) -> None:
         self._stop("apiserver")
         # Kubeconfigs name this port: wait out any process that probed it meanwhile (free_port).
-        wait_until(lambda: _can_bind(self.ports["apiserver"]), "the API server's port free again", 30)
+        wait_until(lambda: _can_bind(self.ports["apiserver"]), "the API server's port free again", 30, interval=0.25)
         self._apiserver()
         self.wait_ready()
 

@@ -5,9 +5,9 @@ status, an expired continue token), 429 with Retry-After, dropped streams, 403 f
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from scoring.view import BOOKING_ANNOTATION
+from tests.polling import wait_until
 from tests.webhook.conftest import POLICY
 
 
@@ -27,15 +27,6 @@ def pod(name: str, node_name: str | None, gpus: int = 1, phase: str = "Running",
     return {"metadata": metadata, "spec": spec, "status": {"phase": phase}}
 
 
-def eventually(condition: Callable[[], object], seconds: float = 15.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached")
-
-
 def test_lists_in_pages_and_keeps_units_held_per_node_and_resource(cluster):
     api, start, bindings = cluster
     for i in range(7):
@@ -48,7 +39,7 @@ def test_lists_in_pages_and_keeps_units_held_per_node_and_resource(cluster):
     api.put("pods", {"metadata": {"name": "cpu", "namespace": "ml"}, "spec": {"nodeName": "n2", "containers": []},
                      "status": {"phase": "Running"}})
     watch = start()
-    eventually(watch.freeze)
+    wait_until(watch.freeze)
     view = watch.freeze()
     assert sorted(view.nodes) == ["mig"] + [f"n{i}" for i in range(7)]
     assert view.free("n1")["nvidia.com/gpu"] == 6 and view.free("mig") == {"nvidia.com/mig-1g.10gb": 25}
@@ -65,17 +56,17 @@ def test_bindings_and_releases_arrive_through_the_watch(cluster):
     api, start, bindings = cluster
     api.put("nodes", node("n1"))
     watch = start()
-    eventually(watch.freeze)
+    wait_until(watch.freeze)
     api.put("pods", pod("web-1", None))
     api.put("pods", pod("web-1", "n1", 2, booking="r1-7"))
-    eventually(lambda: bindings)
+    wait_until(lambda: bindings)
     assert [(b.pod, b.node, b.units, b.booking) for b in bindings] == [("ml/web-1", "n1", (("nvidia.com/gpu", 2),),
                                                                          "r1-7")]
-    eventually(lambda: watch.freeze().free("n1")["nvidia.com/gpu"] == 6)
+    wait_until(lambda: watch.freeze().free("n1")["nvidia.com/gpu"] == 6)
     api.put("pods", pod("web-1", "n1", 2, phase="Succeeded"))
-    eventually(lambda: watch.freeze().free("n1")["nvidia.com/gpu"] == 8)
+    wait_until(lambda: watch.freeze().free("n1")["nvidia.com/gpu"] == 8)
     api.put("nodes", node("n1", unschedulable=True, taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}]))
-    eventually(lambda: watch.freeze().nodes["n1"].unschedulable)
+    wait_until(lambda: watch.freeze().nodes["n1"].unschedulable)
     assert watch.freeze().nodes["n1"].taints[0].key == "k"
     assert len(bindings) == 1, "a pod's end is not a binding"
 
@@ -84,17 +75,17 @@ def test_watch_resumes_from_bookmarks_and_relists_on_410_gone(cluster):
     api, start, _ = cluster
     api.put("nodes", node("n1"))
     watch = start(watch_seconds=1)
-    eventually(watch.freeze)
+    wait_until(watch.freeze)
     api.bookmark()
     bookmarked = api.version
-    eventually(lambda: any(q.get("resourceVersion") == [str(bookmarked)] for path, q in api.requests
+    wait_until(lambda: any(q.get("resourceVersion") == [str(bookmarked)] for path, q in api.requests
                            if path == "/api/v1/nodes" and "watch" in q))
     assert watch.relists["nodes"] == 1
     api.put("nodes", node("n2"))
     api.compact()  # the open watch ends and the history it would resume from is gone
     api.put("nodes", node("n3"))
-    eventually(lambda: watch.relists["nodes"] >= 2)
-    eventually(lambda: sorted(watch.freeze().nodes) == ["n1", "n2", "n3"])
+    wait_until(lambda: watch.relists["nodes"] >= 2)
+    wait_until(lambda: sorted(watch.freeze().nodes) == ["n1", "n2", "n3"])
 
 
 def test_410_gone_as_the_http_status_of_a_watch_relists_too(cluster):
@@ -102,11 +93,11 @@ def test_410_gone_as_the_http_status_of_a_watch_relists_too(cluster):
     api.gone_as_status = True
     api.put("nodes", node("n1"))
     watch = start(watch_seconds=1)
-    eventually(watch.freeze)
+    wait_until(watch.freeze)
     api.compact()
     api.put("nodes", node("n2"))
-    eventually(lambda: watch.relists["nodes"] >= 2)
-    eventually(lambda: sorted(watch.freeze().nodes) == ["n1", "n2"])
+    wait_until(lambda: watch.relists["nodes"] >= 2)
+    wait_until(lambda: sorted(watch.freeze().nodes) == ["n1", "n2"])
     gone = [q for path, q in api.requests if path == "/api/v1/nodes" and "watch" in q]
     assert gone and watch.state == "ok"
 
@@ -117,7 +108,7 @@ def test_an_expired_continue_token_starts_the_list_over(cluster):
         api.put("nodes", node(f"n{i}"))
     api.compact_before_next_page = True  # the history the first page was cut from is gone by the second
     watch = start()
-    eventually(lambda: watch.freeze() is not None and len(watch.freeze().nodes) == 7)
+    wait_until(lambda: watch.freeze() is not None and len(watch.freeze().nodes) == 7)
     lists = [q for path, q in api.requests if path == "/api/v1/nodes" and "watch" not in q]
     # page 1, page 2 refused (410 Expired), then pages 1-3 again from the start
     assert ["continue" in q for q in lists[:5]] == [False, True, False, True, True]
@@ -130,7 +121,7 @@ def test_too_many_requests_waits_as_told_and_is_not_a_failure(cluster):
     api.throttle_next, api.retry_after_seconds = 1, 1
     states: list[str] = []
     watch = start(on_state=states.append, backoff=(0.05, 2.0))
-    eventually(lambda: watch.freeze() is not None)
+    wait_until(lambda: watch.freeze() is not None)
     assert "unreachable" not in states
     throttled = api.requests[0][0]  # the one request answered 429; the other kinds' went through
     first, second = [at for (path, _), at in zip(api.requests, api.requests_at) if path == throttled][:2]
@@ -146,29 +137,29 @@ def test_a_pod_gone_while_the_watch_was_away_is_released_by_the_relist(cluster):
     api.put("pods", pod("a", "n1", gpus=2))
     api.put("pods", pod("b", "n1"))
     watch = start(watch_seconds=30)
-    eventually(lambda: watch.freeze() is not None and watch.freeze().free("n1")["nvidia.com/gpu"] == 5)
+    wait_until(lambda: watch.freeze() is not None and watch.freeze().free("n1")["nvidia.com/gpu"] == 5)
     with api.changed:  # one step, so the open watch never sees the DELETED event
         api.delete("pods", "ml/a")
         api.compact()
-    eventually(lambda: watch.relists["pods"] >= 2)
-    eventually(lambda: watch.freeze().free("n1")["nvidia.com/gpu"] == 7)
+    wait_until(lambda: watch.relists["pods"] >= 2)
+    wait_until(lambda: watch.freeze().free("n1")["nvidia.com/gpu"] == 7)
     assert start.released == ["ml/a"]
     api.delete("pods", "ml/b")  # and a DELETED event seen releases it too
-    eventually(lambda: start.released == ["ml/a", "ml/b"])
+    wait_until(lambda: start.released == ["ml/a", "ml/b"])
 
 
 def test_a_stream_dropped_mid_way_resumes_without_losing_events(cluster):
     api, start, bindings = cluster
     api.put("nodes", node("n1"))
     watch = start(watch_seconds=30)
-    eventually(watch.freeze)
-    eventually(lambda: any("watch" in q for path, q in api.requests if path == "/api/v1/pods"))
+    wait_until(watch.freeze)
+    wait_until(lambda: any("watch" in q for path, q in api.requests if path == "/api/v1/pods"))
     api.drop_watch_after = 1
     api.put("pods", pod("a", "n1"))  # the pods stream drops after sending this one
     api.put("pods", pod("b", "n1"))
     api.put("pods", pod("c", "n1"))
-    eventually(lambda: {b.pod for b in bindings} == {"ml/a", "ml/b", "ml/c"})
-    eventually(lambda: watch.freeze().free("n1")["nvidia.com/gpu"] == 5)
+    wait_until(lambda: {b.pod for b in bindings} == {"ml/a", "ml/b", "ml/c"})
+    wait_until(lambda: watch.freeze().free("n1")["nvidia.com/gpu"] == 5)
     assert watch.relists["pods"] == 1, "resumed from its version, no relist needed"
 
 
@@ -178,11 +169,11 @@ def test_forbidden_means_no_view_and_one_state_change_until_access_returns(clust
     api.forbidden = True
     states: list[str] = []
     watch = start(on_state=states.append)
-    eventually(lambda: watch.state == "forbidden")
+    wait_until(lambda: watch.state == "forbidden")
     time.sleep(0.5)  # several retries, still one state change
     assert watch.freeze() is None and states == ["forbidden"]
     api.forbidden = False
-    eventually(watch.freeze)
+    wait_until(watch.freeze)
     assert states == ["forbidden", "ok"]
 
 
@@ -206,7 +197,7 @@ def test_advice_from_the_watched_view_names_only_the_pool_the_pod_selects(cluste
         utils[f"h100-{i}"], utils[f"l4-{i}"] = 38 + 4 * i, 0.0
     ledger = SteeringLedger(45, replica="a-")
     watch = start(clock=lambda: now)
-    eventually(watch.freeze)
+    wait_until(watch.freeze)
     heat = FleetHeat(now, False, 5.0, tuple(NodeHeat(n, 8, 0, u, u, 0.3, 50.0, None,
                                                      Tier.COOL if u < 50 else Tier.WARM, ()) for n, u in utils.items()))
     index = index_fleet(heat)
@@ -247,7 +238,7 @@ def test_without_api_access_the_app_stays_ready_and_says_so_on_metrics(cluster):
     api, start, _ = cluster
     api.forbidden = True
     watch = start()
-    eventually(lambda: watch.state == "forbidden")
+    wait_until(lambda: watch.state == "forbidden")
     policy = default_policy()
     heat = fleet(node("a", util=5))
     telemetry = telemetry_of(ClusterSnapshot(heat.taken_at, (NodeTelemetry("a", 8),), newest_sample_at=heat.taken_at),

@@ -16,7 +16,8 @@ from scoring.placement import index_fleet
 from scoring.view import BOOKING_ANNOTATION
 from tests.dra_objects import (CHANNEL_CLASS, MIG_CLASS, claim, dra_pod, exactly, first_available, gpu_slice,
                                template)
-from tests.webhook.test_cluster_watch import POLICY, eventually, node
+from tests.polling import wait_until
+from tests.webhook.test_cluster_watch import POLICY, node
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger
 from webhook.review import decode_review, patched, pod_review
@@ -49,17 +50,17 @@ def test_slices_and_allocations_give_exact_free_devices_per_node(cluster):
                                     allocated=[("n1", f"gpu-{i}") for i in range(3)]))
     api.put("resourceclaimtemplates", template("two-gpus", exactly(count=2)))
     watch = start()
-    eventually(lambda: watch.freeze() is not None and watch.freeze().free("n1").get(GPU) == 5)
+    wait_until(lambda: watch.freeze() is not None and watch.freeze().free("n1").get(GPU) == 5)
     view = watch.freeze()
     assert view.free("n2") == {GPU: 8} and view.nodes["n1"].allocatable == {GPU: 8}
     assert ("ml", "two-gpus") in view.claims.templates and watch.absent == {}
     api.put("resourceclaims", claim("shared", exactly(), allocated=[("n1", "gpu-2"), ("n2", "gpu-0")]))
-    eventually(lambda: watch.freeze().free("n2").get(GPU) == 7)
+    wait_until(lambda: watch.freeze().free("n2").get(GPU) == 7)
     assert watch.freeze().free("n1")[GPU] == 5, "a device two claims name is held once"
     api.delete("resourceclaims", "ml/web-0-gpu-x1")
-    eventually(lambda: watch.freeze().free("n1").get(GPU) == 7)
+    wait_until(lambda: watch.freeze().free("n1").get(GPU) == 7)
     api.put("resourceslices", gpu_slice("n2", 4, generation=2, name="n2-gen2"))  # the driver republishes
-    eventually(lambda: watch.freeze().nodes["n2"].allocatable.get(GPU) == 4)
+    wait_until(lambda: watch.freeze().nodes["n2"].allocatable.get(GPU) == 4)
 
 
 def test_a_bound_dra_pod_is_a_binding_with_its_claimed_devices_held_once(cluster):
@@ -68,15 +69,15 @@ def test_a_bound_dra_pod_is_a_binding_with_its_claimed_devices_held_once(cluster
     api.put("resourceslices", gpu_slice("n1", 8))
     api.put("resourceclaimtemplates", template("two-gpus", exactly(count=2)))
     watch = start()
-    eventually(lambda: watch.freeze() is not None and watch.freeze().claims.templates)
+    wait_until(lambda: watch.freeze() is not None and watch.freeze().claims.templates)
     api.put("resourceclaims", claim("web-1-gpu-ab", exactly(count=2), owner_pod="web-1",
                                     allocated=[("n1", "gpu-0"), ("n1", "gpu-1")]))
     bound = dra_pod("web-1", template_name="two-gpus", node="n1")
     bound["metadata"]["annotations"] = {BOOKING_ANNOTATION: "r1-3"}
     api.put("pods", bound)
-    eventually(lambda: bindings)
+    wait_until(lambda: bindings)
     assert [(b.pod, b.node, b.units, b.booking) for b in bindings] == [("ml/web-1", "n1", ((GPU, 2),), "r1-3")]
-    eventually(lambda: watch.freeze().free("n1")[GPU] == 6)
+    wait_until(lambda: watch.freeze().free("n1")[GPU] == 6)
     assert "ml/web-1" in watch.freeze().bound
 
 
@@ -85,9 +86,9 @@ def test_a_cluster_without_the_dra_api_still_has_a_view(cluster):
     api.serves_dra = False
     api.put("nodes", node("n1"))
     watch = start()
-    eventually(lambda: watch.freeze() is not None)
+    wait_until(lambda: watch.freeze() is not None)
     assert watch.state == "ok" and watch.freeze().free("n1") == {"nvidia.com/gpu": 8}
-    eventually(lambda: len(watch.absent) == 3)
+    wait_until(lambda: len(watch.absent) == 3)
     assert set(watch.absent.values()) == {"not served by this cluster"}
 
 
@@ -125,7 +126,7 @@ def dra_fleet(cluster):
     api.put("resourceclaimtemplates", template("nic", exactly("sriov.example.com", 1)))
     api.put("resourceclaimtemplates", template("channel", exactly(CHANNEL_CLASS, 1, name="channel")))
     watch = start(clock=lambda: NOW)
-    eventually(lambda: watch.freeze() is not None and len(watch.freeze().claims.templates) == 4
+    wait_until(lambda: watch.freeze() is not None and len(watch.freeze().claims.templates) == 4
                and len(watch.freeze().nodes) == 10 and watch.freeze().free("h100-3").get(GPU) == 0)
     heat = FleetHeat(NOW, False, 5.0, tuple(NodeHeat(n, 8, 0, u, u, 0.3, 50.0, None, Tier.COOL, ())
                                             for n, u in utils.items()))
@@ -187,7 +188,7 @@ def test_the_served_webhook_knows_a_pods_claims_before_any_telemetry(cluster):
     api.put("resourceclaimtemplates", template("one-gpu", exactly()))
     api.put("resourceclaimtemplates", template("nic", exactly("sriov.example.com", 1)))
     watch = start()
-    eventually(lambda: len(watch.live_claims.templates) == 2)
+    wait_until(lambda: len(watch.live_claims.templates) == 2)
 
     def no_telemetry():
         raise RuntimeError("Prometheus is down")
@@ -217,7 +218,7 @@ def test_a_dra_pod_is_never_advised_to_a_hot_node(cluster, template_name):
     api.put("resourceclaimtemplates", template("one-gpu", exactly()))
     api.put("resourceclaimtemplates", template("one-mig", exactly(MIG_CLASS, 1)))
     watch = start(clock=lambda: NOW)
-    eventually(lambda: watch.freeze() is not None and len(watch.freeze().claims.templates) == 2
+    wait_until(lambda: watch.freeze() is not None and len(watch.freeze().claims.templates) == 2
                and watch.freeze().free("gpu-cool").get(GPU) == 2)
     heat = FleetHeat(NOW, False, 5.0, tuple(
         NodeHeat(n, 8, 0, u, u, 0.3, 50.0, None, Tier.HOT if u >= 80 else Tier.COOL, ()) for n, u in utils.items()))
@@ -242,7 +243,7 @@ def test_a_dra_job_is_advised_only_nodes_whose_devices_are_free(cluster):
     api.put("resourceclaimtemplates", template("one-gpu", exactly()))
     api.put("resourceclaimtemplates", template("channel", exactly(CHANNEL_CLASS, 1, name="channel")))
     watch = start(clock=lambda: NOW)
-    eventually(lambda: watch.freeze() is not None and len(watch.freeze().claims.templates) == 2
+    wait_until(lambda: watch.freeze() is not None and len(watch.freeze().claims.templates) == 2
                and watch.freeze().free("n-full").get(GPU) == 0)
     heat = FleetHeat(NOW, False, 5.0, tuple(
         NodeHeat(n, 8, 0, u, u, 0.3, 50.0, None, Tier.HOT if u >= 80 else Tier.COOL, ()) for n, u in utils.items()))

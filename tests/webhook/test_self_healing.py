@@ -28,6 +28,7 @@ from webhook.app import create_app
 from webhook.cache import SnapshotCache
 from webhook.refresher import ChildProcessReader
 from webhook.tls import CertificateReloader
+from tests.polling import reached
 from tests.webhook.helpers import gpu_pod, review
 from tests.webhook.test_server_live import run_in_background, start_webhook, tls_files  # noqa: F401 - fixture
 
@@ -90,15 +91,6 @@ def tls_only_server(tls_files):  # noqa: F811 - the imported fixture
     stop()
 
 
-def wait_until(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_a_rotation_torn_by_seconds_fails_no_handshake_and_then_serves_the_new_pair(tls_only_server):
     port, paths, ca, reloader = tls_only_server
     new = issue_serving(ca, ["localhost"], ip_addresses=LOCALHOST)
@@ -108,7 +100,7 @@ def test_a_rotation_torn_by_seconds_fails_no_handshake_and_then_serves_the_new_p
         time.sleep(1.5)
         assert reloader.reloads == 0 and reloader.rejections == 1, "a mismatched pair is ignored, said once"
         replace_file(paths["tls.key"], new.key_pem)
-        assert wait_until(lambda: reloader.reloads == 1, 5)
+        assert reached(lambda: reloader.reloads == 1, 5)
         time.sleep(0.5)
     assert load.failures == [] and load.count > 100
     assert x509.load_pem_x509_certificate(new.certificate_pem).serial_number in load.serials
@@ -121,9 +113,9 @@ def test_forty_clean_rotations_at_full_handshake_rate_fail_no_handshake(tls_only
         for number, pair in enumerate(pairs, start=1):
             replace_file(paths["tls.key"], pair.key_pem)  # each file atomically, key first
             replace_file(paths["tls.crt"], pair.certificate_pem)
-            assert wait_until(lambda: reloader.reloads == number, 5), number
+            assert reached(lambda: reloader.reloads == number, 5), number
             seen = load.count
-            wait_until(lambda: load.count > seen + 5, 2)
+            reached(lambda: load.count > seen + 5, 2)
     assert load.failures == []
     served = {x509.load_pem_x509_certificate(p.certificate_pem).serial_number for p in pairs}
     assert len(served & load.serials) >= 35, "new handshakes got the new certificates"
@@ -138,7 +130,7 @@ def test_a_certificate_not_valid_now_is_not_taken(tls_only_server, caplog):
     time.sleep(0.3)  # the reloader ticks every 50 ms: it has seen both files
     assert not reloader.check_once() and reloader.reloads == 0 and reloader.rejections >= 1
     with Handshakes(port, str(paths["ca.crt"]), threads=1) as load:
-        wait_until(lambda: load.count > 5, 5)
+        reached(lambda: load.count > 5, 5)
     assert load.failures == [], "the old pair keeps serving"
     assert any("is valid only from" in record.message for record in caplog.records)
 
@@ -254,7 +246,7 @@ def test_under_load_a_torn_rotation_a_killed_and_a_hung_reader_fail_no_request(f
 
     workers = [threading.Thread(target=admit, daemon=True) for _ in range(2)]
     try:
-        assert wait_until(lambda: client.get("/readyz").json()["telemetry"] == "fresh", 20)
+        assert reached(lambda: client.get("/readyz").json()["telemetry"] == "fresh", 20)
         for worker in workers:
             worker.start()
         time.sleep(1)
@@ -262,7 +254,7 @@ def test_under_load_a_torn_rotation_a_killed_and_a_hung_reader_fail_no_request(f
         replace_file(paths["tls.crt"], new.certificate_pem)
         time.sleep(1.5)
         replace_file(paths["tls.key"], new.key_pem)
-        assert wait_until(lambda: reloader.reloads == 1, 5)
+        assert reached(lambda: reloader.reloads == 1, 5)
 
         def metric(prefix: str) -> float:
             for line in client.get("/metrics").text.splitlines():
@@ -277,14 +269,14 @@ def test_under_load_a_torn_rotation_a_killed_and_a_hung_reader_fail_no_request(f
 
         killed_at = time.monotonic()
         os.kill(reader_pid(), signal.SIGKILL)
-        assert wait_until(lambda: read_since(killed_at), 15)
+        assert reached(lambda: read_since(killed_at), 15)
         recovered = time.monotonic() - killed_at
         assert metric('gpu_balancer_telemetry_reader_restarts_total{reason="exited"}') == 1
         assert recovered < 15, f"steering back within three default (5 s) refreshes, took {recovered:.1f}s"
         os.kill(reader_pid(), signal.SIGSTOP)  # hang timeout here: max(3 × 0.5 s, 2 × 2 s + 5 s) = 9 s
-        assert wait_until(lambda: metric('gpu_balancer_telemetry_reader_restarts_total{reason="hung"}') == 1, 15)
+        assert reached(lambda: metric('gpu_balancer_telemetry_reader_restarts_total{reason="hung"}') == 1, 15)
         hung_found = time.monotonic()
-        assert wait_until(lambda: read_since(hung_found), 15)
+        assert reached(lambda: read_since(hung_found), 15)
         assert time.monotonic() - hung_found < 15
         time.sleep(1)
     finally:

@@ -13,17 +13,12 @@ import pytest
 import yaml
 
 from tests.conftest import require_tool
+from tests.helm import kustomize
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 COMPONENTS = ["cert-manager", "servicemonitor", "nvml-exporter"]
 CRD_KINDS = {"Certificate", "Issuer", "ServiceMonitor", "PodMonitor", "PrometheusRule"}
 VERSIONS = ["1.30.0", "1.31.0", kubernetes_validate.latest_version()]
-
-
-def kustomize(path: Path) -> list[dict]:
-    require_tool("kubectl", why="it renders deploy/ (kubectl kustomize)")
-    rendered = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True, check=True).stdout
-    return [doc for doc in yaml.safe_load_all(rendered) if doc]
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
 
 from scoring import dcgm  # noqa: E402
-from scoring.policy import BalancerPolicy, _camel  # noqa: E402
+from scoring.policy import REPLICA_SPREADS, BalancerPolicy, _camel  # noqa: E402
 
 CHART = REPOSITORY / "charts" / "gpu-balancer"
 SCHEMA = CHART / "values.schema.json"
@@ -38,7 +38,7 @@ END = "# <<< policy"
 
 SET_BY_CHART = {"prometheus": "values.prometheus", "placement.ownNamespace": "the release namespace"}
 """Policy fields the chart writes itself, so values.policy may not set them."""
-ENUMS = {"telemetry.busyGauge": list(dcgm.BUSY_GAUGES)}
+ENUMS = {"telemetry.busyGauge": list(dcgm.BUSY_GAUGES), "placement.replicaSpread": list(REPLICA_SPREADS)}
 
 
 def _field_docs(kind: type) -> dict[str, str]:

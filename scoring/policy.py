@@ -174,19 +174,26 @@ DEFAULT_GPU_DEVICE_CLASSES = (
 device.attributes['gpu.nvidia.com'].type == 'gpu'` (or `'mig'`)."""
 
 
+REPLICA_SPREADS = ("scheduler", "ledger")
+
+
 @dataclass(frozen=True)
 class PlacementPolicy:
     max_preferred_nodes: int = 5
     """K: preferred node terms per pod. Small, because the pod spec must stay small at any fleet
     size and the scheduler only needs a few good targets; five survive a few filling up."""
     hard_avoid_hot: bool = False
-    """Add a required NotIn for hot and unhealthy nodes. Off by default: soft advice cannot
-    strand a pod, hard advice can when telemetry is wrong."""
+    """Add a required NotIn for hot nodes too (unhealthy ones get it whenever the pod fits
+    elsewhere). Off by default: a hot node still runs a pod, and telemetry can be wrong."""
     hard_avoid_min_spare_gpus: int = 8
     """Hard avoidance only applies while cool and warm nodes keep at least this many free GPUs
     beyond the pod's own request, so a sudden wave cannot be left unschedulable."""
     max_avoided_nodes: int = 32
     """At most this many nodes named in a required NotIn (pod spec size stays bounded)."""
+    replica_spread: str = "scheduler"
+    """How a workload's replicas are spread over nodes: "scheduler" adds a hostname spread term
+    (ScheduleAnyway) that counts only the nodes the pod may use; "ledger" adds none and leaves
+    the spread to the advice, whose bookings lower each node's score as replicas are steered to it."""
     settle_seconds: float = 45.0
     """How long steered load is remembered past the telemetry that could show it: scheduling,
     image pull and one exporter interval before the pod's GPU use appears in DCGM."""
@@ -210,6 +217,12 @@ class PlacementPolicy:
     """A site's network-block (leaf switch) node label; the next packing domain."""
     own_namespace: str = "gpu-balancer"
     """The webhook's own namespace, never mutated (defence in depth behind the namespaceSelector)."""
+
+    @property
+    def packing_domains(self) -> tuple[str, ...]:
+        """The node labels naming a job's packing domains, tightest first: NVLink clique, network
+        block, zone."""
+        return (self.interconnect_label, self.network_block_label, "topology.kubernetes.io/zone")
 
 
 @dataclass(frozen=True)
@@ -437,6 +450,8 @@ def validate_policy(policy: BalancerPolicy) -> None:
     placement = policy.placement
     _require(1 <= placement.max_preferred_nodes <= 20, "placement.maxPreferredNodes", "must be between 1 and 20")
     _require(0 <= placement.max_avoided_nodes <= 200, "placement.maxAvoidedNodes", "must be between 0 and 200")
+    _require(placement.replica_spread in REPLICA_SPREADS, "placement.replicaSpread",
+             f"must be one of {', '.join(REPLICA_SPREADS)}; got {placement.replica_spread!r}")
     _require(placement.hard_avoid_min_spare_gpus >= 0, "placement.hardAvoidMinSpareGpus", "must not be negative")
     _require(placement.settle_seconds >= 0, "placement.settleSeconds", "must not be negative")
     _require(bool(placement.gpu_resources) and all(placement.gpu_resources), "placement.gpuResources",

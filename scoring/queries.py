@@ -151,8 +151,7 @@ def placeable_memory_queries(matchers: str) -> dict[str, str]:
 
 def topology_keys(policy: BalancerPolicy) -> tuple[str, ...]:
     """The packing domains, tightest first: NVLink clique, network block, zone."""
-    placement = policy.placement
-    return (placement.interconnect_label, placement.network_block_label, "topology.kubernetes.io/zone")
+    return policy.placement.packing_domains
 
 
 def _union(selectors) -> str:

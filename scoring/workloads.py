@@ -186,6 +186,23 @@ def training_group(pod: dict[str, Any], policy: PlacementPolicy,
     return None
 
 
+JOB_SIZE_KEYS = ("gpu-balancer.io/job-size", "kueue.x-k8s.io/pod-group-total-count",
+                 "leaderworkerset.sigs.k8s.io/size")
+"""Annotations (or labels) giving how many pods a distributed job has: ours, Kueue's pod groups',
+LeaderWorkerSet's (the group's size, leader included)."""
+
+
+def job_size(pod: dict[str, Any]) -> int | None:
+    """How many pods the pod's distributed job has, where the pod says; None where it does not."""
+    metadata = as_dict(pod.get("metadata"))
+    for key in JOB_SIZE_KEYS:
+        for source in (as_dict(metadata.get("annotations")), as_dict(metadata.get("labels"))):
+            value = source.get(key)
+            if isinstance(value, str) and value.isdigit() and 0 < int(value) <= 100_000:
+                return int(value)
+    return None
+
+
 def compute_domain_label_value(name: str) -> str:
     """A label value (≤ 63 characters) naming a claim template; long names keep a hash."""
     if len(name) <= 63:

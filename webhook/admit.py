@@ -11,11 +11,11 @@ from datetime import datetime
 
 from scoring.claims import ClaimBook, has_resource_claims, pod_claims
 from scoring.feasibility import constraints_for
-from scoring.placement import NO_ADVICE, PlacementIndex, advise, advise_group
+from scoring.placement import NO_ADVICE, PlacementIndex, advise, advise_group, node_domains
 from scoring.policy import PlacementPolicy
 from webhook.ledger import SteeringLedger
 from webhook.mutate import mutate_pod
-from scoring.workloads import BadQuantity, gpu_request, training_group
+from scoring.workloads import BadQuantity, gpu_request, job_size, training_group
 from webhook.pods import exemption
 from webhook.review import AdmissionRequest, AdmissionReviewOut, build_response
 
@@ -72,17 +72,19 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
     elif group := training_group(pod, policy, needs.claims):
         # Ordinary per-node preferences would scatter a distributed job: prefer one domain instead.
         group_key = f"{request.namespace}/{group[0]}={group[1]}"
-        advice = advise_group(ledger.feasible_index(index, constraints), gpus_requested=needs.whole_gpus,
+        feasible = ledger.feasible_index(index, constraints)
+        advice = advise_group(feasible, gpus_requested=needs.whole_gpus,
                               pending_gpus=ledger.pending(telemetry_time), policy=policy,
                               chosen_before=ledger.group_domain(group_key, telemetry_time),
-                              fits=ledger.fits(constraints.units if constraints is not None else ()))
+                              fits=ledger.fits(constraints.units if constraints is not None else ()),
+                              job_size=job_size(pod), topology=node_domains(feasible, view, policy))
         if advice.domain is not None and not request.dry_run:
             ledger.remember_group(group_key, advice.domain, now)
     else:
-        ranked, promised = ledger.top(index, telemetry_time, need=max(1, needs.whole_gpus),
+        ranked, _ = ledger.top(index, telemetry_time, need=max(1, needs.whole_gpus),
                                       k=policy.max_preferred_nodes, pod=constraints)
         advice = advise(ledger.feasible_index(index, constraints), gpus_requested=needs.whole_gpus,
-                        pending_gpus={}, policy=policy, ranked=ranked, pending_total=promised)
+                        pending_gpus={}, policy=policy, ranked=ranked)
     booking = ledger.booking_id() if advice.preferred and not request.dry_run else None
     mutation = mutate_pod(pod, advice, snapshot_age_seconds=snapshot_age_seconds if index else None, policy=policy,
                           booking=booking, claims=needs.claims)

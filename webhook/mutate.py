@@ -33,7 +33,7 @@ class Mutation:
     patch: list[dict[str, Any]]
     annotation: str
     terms: tuple[str, ...]
-    """What was added: "node-affinity", "hard-avoid", "spread", "pack"."""
+    """What was added: "node-affinity", "hard-avoid", "domain", "spread", "pack"."""
 
 
 def _child(parent: dict[str, Any], key: str, default: Any) -> Any:
@@ -53,10 +53,10 @@ def _add_node_preferences(spec: dict[str, Any], advice: NodeAdvice) -> None:
             {"key": "metadata.name", "operator": "In", "values": [preference.node]}]}})
 
 
-def _add_hard_avoidance(spec: dict[str, Any], advice: NodeAdvice) -> None:
-    """A NotIn per avoided node, ANDed into *every* required term: terms are ORed, so adding a
-    new term instead would loosen the pod's existing constraints."""
-    requirements = [{"key": "metadata.name", "operator": "NotIn", "values": [a.node]} for a in advice.avoided]
+def _add_required(spec: dict[str, Any], key: str, requirements: list[dict[str, Any]]) -> None:
+    """`requirements` ANDed into *every* required node-selector term (under `key`: matchFields or
+    matchExpressions): terms are ORed, so adding a new term instead would loosen the pod's
+    existing constraints."""
     node_affinity = _child(_child(spec, "affinity", {}), "nodeAffinity", {})
     required = _child(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution", {})
     terms = _child(required, "nodeSelectorTerms", [])
@@ -64,7 +64,17 @@ def _add_hard_avoidance(spec: dict[str, Any], advice: NodeAdvice) -> None:
         terms.append({})
     for term in terms:
         if isinstance(term, dict):
-            _child(term, "matchFields", []).extend(copy.deepcopy(requirements))
+            _child(term, key, []).extend(copy.deepcopy(requirements))
+
+
+def _add_exclusions(spec: dict[str, Any], advice: NodeAdvice) -> None:
+    # matchFields metadata.name takes exactly one value: one NotIn per node.
+    _add_required(spec, "matchFields", [{"key": "metadata.name", "operator": "NotIn", "values": [node]}
+                                        for node in advice.excluded])
+
+
+def _add_required_domain(spec: dict[str, Any], domain: tuple[str, str]) -> None:
+    _add_required(spec, "matchExpressions", [{"key": domain[0], "operator": "In", "values": [domain[1]]}])
 
 
 def _has_hostname_spread(spec: dict[str, Any]) -> bool:
@@ -74,8 +84,11 @@ def _has_hostname_spread(spec: dict[str, Any]) -> bool:
 
 
 def _add_spread(spec: dict[str, Any], match_labels: dict[str, str], match_label_keys: list[str]) -> None:
+    # Counting only the nodes the pod may use (its required affinity, the taints it tolerates), so
+    # that an excluded node's empty slot does not pull replicas towards it.
     constraint: dict[str, Any] = {"maxSkew": 1, "topologyKey": HOSTNAME_KEY, "whenUnsatisfiable": "ScheduleAnyway",
-                                  "labelSelector": {"matchLabels": dict(match_labels)}}
+                                  "labelSelector": {"matchLabels": dict(match_labels)},
+                                  "nodeAffinityPolicy": "Honor", "nodeTaintsPolicy": "Honor"}
     if match_label_keys:
         constraint["matchLabelKeys"] = list(match_label_keys)
     _child(spec, "topologySpreadConstraints", []).append(constraint)
@@ -123,12 +136,23 @@ def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds:
         _add_node_preferences(spec, advice)
         terms.append("node-affinity")
         parts.append("preferred " + _names(advice.preferred, lambda p: f"{p.node}({p.weight})"))
-    if advice.avoided:
-        parts.append(("required-avoid " if advice.hard else "avoided ")
-                     + _names(advice.avoided, lambda a: f"{a.node}({a.reason})"))
-    if advice.hard:
-        _add_hard_avoidance(spec, advice)
+    excluded = set(advice.excluded)
+    for word, chosen in (("excluded ", True), ("avoided ", False)):
+        named = [a for a in advice.avoided if (a.node in excluded) is chosen]
+        if named:
+            parts.append(word + _names(named, lambda a: f"{a.node}({a.reason})"))
+    if advice.left_open:
+        parts.append(advice.left_open)
+    if advice.excluded:
+        _add_exclusions(spec, advice)
         terms.append("hard-avoid")
+    if advice.domain is not None:
+        label, value = advice.domain
+        if advice.domain_required:
+            _add_required_domain(spec, advice.domain)
+            terms.append("domain")
+        # the first worker is steered there by its preferred nodes; later ones are held to it
+        parts.append(f"{'required' if advice.domain_required else 'domain'} {label}={value}")
 
     group = training_group(pod, policy, claims)
     replicas = None if group else replica_selector(pod, policy)
@@ -138,7 +162,7 @@ def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds:
         _add_packing(spec, group, policy)
         terms.append("pack")
         parts.append(f"pack {group[0]}={group[1]}")
-    elif replicas and not _has_hostname_spread(spec):
+    elif replicas and policy.replica_spread == "scheduler" and not _has_hostname_spread(spec):
         _add_spread(spec, *replicas)
         terms.append("spread")
         parts.append("spread hostname")

@@ -70,9 +70,9 @@ class Release:
 
 
 def avoided(advice: str) -> set[str]:
-    """The nodes an advice annotation says it avoided."""
-    part = next((p for p in advice.split("; ") if p.startswith(("avoided ", "required-avoid "))), "")
-    return set(re.findall(r"([\w.-]+)\(", part))
+    """The nodes an advice annotation says it avoided or excluded."""
+    parts = (p for p in advice.split("; ") if p.startswith(("avoided ", "excluded ")))
+    return {node for part in parts for node in re.findall(r"([\w.-]+)\(", part)}
 
 
 @pytest.fixture(scope="module")

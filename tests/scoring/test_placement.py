@@ -26,7 +26,20 @@ def test_cool_nodes_with_headroom_are_preferred_and_hot_ones_avoided():
     assert [p.node for p in advice.preferred] == ["idle", "half"]
     assert advice.preferred[0].weight == 100 and 1 <= advice.preferred[1].weight < 100
     assert {(a.node, a.reason) for a in advice.avoided} == {("busy", "hot"), ("sick", "unhealthy")}
-    assert not advice.hard, "hard avoidance is opt-in"
+    assert advice.excluded == ("sick",), "the unhealthy node is excluded; hot ones only by policy"
+
+
+def test_an_unhealthy_node_is_excluded_only_while_the_pod_fits_elsewhere():
+    sick = node("sick", tier=Tier.UNHEALTHY, allocated=1)
+    roomy = advise(indexed(sick, node("small", allocated=6)), gpus_requested=2, pending_gpus={}, policy=POLICY)
+    assert roomy.excluded == ("sick",) and not roomy.left_open
+    # The only node with room for four GPUs is the sick one: a pending pod helps no one.
+    tight = advise(indexed(sick, node("small", allocated=6)), gpus_requested=4, pending_gpus={}, policy=POLICY)
+    assert tight.excluded == () and "no other node has room" in tight.left_open
+    # Room counted after the GPUs already promised to pods steered since the telemetry.
+    promised = advise(indexed(sick, node("small", allocated=6)), gpus_requested=2, pending_gpus={"small": 2},
+                      policy=POLICY)
+    assert promised.excluded == ()
 
 
 def test_each_lower_preference_weighs_half_as_much_so_the_booked_top_node_leads():
@@ -69,7 +82,8 @@ def test_hard_avoidance_needs_spare_cool_capacity_and_a_bounded_list(spare_neede
     policy = PlacementPolicy(hard_avoid_hot=True, hard_avoid_min_spare_gpus=spare_needed, max_avoided_nodes=max_avoided)
     advice = advise(indexed(node("hot", tier=Tier.HOT), node("a"), node("b")), gpus_requested=1, pending_gpus={},
                     policy=policy)
-    assert advice.hard is hard
+    assert (advice.excluded == ("hot",)) is hard
+    assert bool(advice.left_open) is not hard
 
 
 def test_pending_load_lowers_a_nodes_headroom_in_proportion_to_its_free_gpus():

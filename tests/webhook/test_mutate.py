@@ -38,7 +38,8 @@ def test_a_replica_pod_gets_cool_node_preferences_a_spread_and_an_explanation():
     assert [name for _, name in node_terms(pod)] == ["cool-1", "cool-2"]
     (spread,) = pod["spec"]["topologySpreadConstraints"]
     assert spread == {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
-                      "labelSelector": {"matchLabels": {"app": "svc"}}, "matchLabelKeys": ["pod-template-hash"]}
+                      "labelSelector": {"matchLabels": {"app": "svc"}}, "matchLabelKeys": ["pod-template-hash"],
+                      "nodeAffinityPolicy": "Honor", "nodeTaintsPolicy": "Honor"}
     advice = pod["metadata"]["annotations"]["gpu-balancer.io/advice"]
     assert "preferred cool-1(100)" in advice and "hot-1(hot)" in advice and "dead-1(unhealthy)" in advice
     assert "telemetry 3s old" in advice

@@ -408,6 +408,19 @@ class GpuBalancer(Stock):
         self._deliver_bindings(world)
         if self._telemetry_tick == world.tick and self._telemetry is not None:
             return self._telemetry
+        if (heat := self.heat(world)) is None:
+            return None
+        snapshot, fleet = heat
+        telemetry = telemetry_of(snapshot, fleet)
+        view = watched_view(world, self.policy, sim_time(world))
+        for ledger in self._ledgers(world):
+            ledger.prepare(telemetry.index, view)
+        self._telemetry, self._telemetry_tick = (snapshot, fleet, telemetry, view), world.tick
+        return self._telemetry
+
+    def heat(self, world: World):
+        """The snapshot and the fleet's heat from what an exporter scraped `lag` seconds ago; None
+        before the first scrape."""
         lag = telemetry_lag(world)
         if len(world.gpu_util) <= lag:
             return None
@@ -422,14 +435,8 @@ class GpuBalancer(Stock):
                                   node_labels=node_labels, topology_keys=keys)
         if self.reads_serving and len(world.serving) > lag:
             snapshot = with_serving(snapshot, self.serving_replicas(world.serving[-1 - lag]))
-        fleet = fleet_heat(snapshot, self.policy.heat, now=now,
-                           staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
-        telemetry = telemetry_of(snapshot, fleet)
-        view = watched_view(world, self.policy, now)
-        for ledger in self._ledgers(world):
-            ledger.prepare(telemetry.index, view)
-        self._telemetry, self._telemetry_tick = (snapshot, fleet, telemetry, view), world.tick
-        return self._telemetry
+        return snapshot, fleet_heat(snapshot, self.policy.heat, now=now,
+                                    staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
 
     def serving_replicas(self, observed: dict[str, tuple[str, float, float]]) -> dict[str, tuple[ServingReplica, ...]]:
         """What the serving queries would return for these replicas: vLLM's queue and TTFT p95."""

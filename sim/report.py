@@ -7,7 +7,6 @@ however many metrics a scenario reports; every percentage is the change of the m
 from __future__ import annotations
 
 import json
-import re
 
 from sim.run import PolicyResult
 from sim.seeds import aggregate, change_against_stock
@@ -23,7 +22,8 @@ FORMATS = {"ttft_p99_ms": "{:.0f}", "ttft_p50_ms": "{:.0f}", "tpot_p99_ms": "{:.
            "p99_latency_ms": "{:.0f}", "p99_at_even_load_ms": "{:.0f}",
            "p99_sensitive_latency_ms": "{:.0f}", "evictions": "{:.0f}", "pending_pods": "{:.2f}",
            "evictions_per_pod_hour_percent": "{:.2f}", "training_jobs_in_one_clique": "{:.0%}",
-           "advice_feasible": "{:.1%}", "advice_followed": "{:.1%}"}
+           "advice_feasible": "{:.1%}", "advice_followed": "{:.1%}",
+           "placed_on_avoided": "{:.1%}"}
 LABELS = {
     "ttft_p99_ms": ("TTFT p99 (ms)", "99th percentile of time to first token over every request"),
     "ttft_p50_ms": ("TTFT p50 (ms)", "median time to first token over every request"),
@@ -44,6 +44,7 @@ LABELS = {
     "training_jobs_in_one_clique": ("jobs in one clique (%)", "training jobs whose workers share one NVLink clique"),
     "advice_feasible": ("advice feasible (%)", "advised pods whose every preferred node could take them"),
     "advice_followed": ("advice followed (%)", "advised pods that bound to one of their preferred nodes"),
+    "placed_on_avoided": ("on avoided nodes (%)", "new pods bound to a node gpu-balancer's advice avoids (hot or unhealthy)"),
 }
 SHORT_NAMES = {"stock-gpu-scored": "gpu-scored", "lownodeutilization": "lownodeutil",
                "lownodeutilization-actual": "lnu-actual",
@@ -71,13 +72,11 @@ def _value(metric: str, value: float) -> str:
     return FORMATS.get(metric, "{:.2f}").format(value)
 
 
-def span(low: str, high: str, room: int) -> str:
-    """A range of two formatted figures in at most `room` characters where it can be: ".." if it
-    fits, else an en dash, then one percent sign, then whole numbers."""
-    candidates = [f"{low}..{high}", f"{low}–{high}"]
+def span(low: str, high: str) -> str:
+    """A range of two formatted figures, printed one way everywhere: `low–high`, a unit sign once."""
     if low.endswith("%") and high.endswith("%"):
-        candidates.append(f"{low[:-1]}–{high}")
-    return next((text for text in candidates if len(text) <= room), re.sub(r"\.\d+", "", candidates[-1]))
+        low = low[:-1]
+    return f"{low}–{high}"
 
 
 def figures_of(summary: dict[str, dict[str, dict]], policy: str, metric: str
@@ -92,34 +91,60 @@ def figures_of(summary: dict[str, dict[str, dict]], policy: str, metric: str
 
 
 def as_table(scenario: str, seeds: list[int], summary: dict[str, dict[str, dict]]) -> str:
-    """Rows of metrics, columns of policies; with several seeds a second line gives the range."""
+    """Rows of metrics, columns of policies; with several seeds a second line gives the range.
+    Policies that do not fit in `WIDTH` columns beside the labels go on to a further block below,
+    so that every cell keeps its own room and at least two spaces before the next."""
     policies = list(summary)
     shown = columns({m for metrics in summary.values() for m in metrics})
     label_width = max(len(LABELS.get(m, (m,))[0]) for m in shown) + 2
-    cell = max(11, (WIDTH - label_width) // max(1, len(policies)))
     several = len(seeds) > 1
+    cells = {policy: _column(summary, policy, shown, several) for policy in policies}
+    content = {policy: max(len(c) for c in [SHORT_NAMES.get(policy, policy), *cells[policy]]) for policy in policies}
+    room = WIDTH - label_width
+    gap = next((g for g in (2, 1) if sum(content.values()) + g * (len(policies) - 1) <= room), 2)
+    widths = {policy: width + gap for policy, width in content.items()}
     lines = [f"scenario {scenario}, " + (f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)} runs): mean, and below it the "
                                          "range over seeds" if several else f"seed {seeds[0]}"),
              "percentages: change of the mean against the stock scheduler (lower is better)"]
-    lines.append("".ljust(label_width) + "".join(SHORT_NAMES.get(p, p)[:cell - 1].ljust(cell) for p in policies))
-    for metric in shown:
-        first, second = [], []
-        for policy in policies:
-            figures = figures_of(summary, policy, metric)
-            if figures is None:
-                first.append("n/a")
-                second.append("")
-                continue
-            mean, change, low, high = figures
-            first.append(mean + (f" {change * 100:+.0f}%" if change is not None else ""))
-            second.append(span(low, high, cell - 1))
-        lines.append(LABELS.get(metric, (metric,))[0].ljust(label_width) + "".join(c.ljust(cell) for c in first))
-        if several:
-            lines.append("".ljust(label_width) + "".join(c.ljust(cell) for c in second))
+    for block in _blocks(policies, widths, room + gap):
+        if len(lines) > 2:
+            lines.append("")
+        lines.append("".ljust(label_width) + "".join(SHORT_NAMES.get(p, p).ljust(widths[p]) for p in block))
+        for row, metric in enumerate(r for m in shown for r in ([m, None] if several else [m])):
+            if metric is None and not any(cells[p][row] for p in block):
+                continue  # no range where no policy has the figure
+            label = LABELS.get(metric, (metric,))[0] if metric else ""
+            lines.append(label.ljust(label_width) + "".join(cells[p][row].ljust(widths[p]) for p in block))
     aliases = [f"{short} = {name}" for name, short in SHORT_NAMES.items() if name in policies]
     if aliases:
         lines.append("(" + ", ".join(aliases) + ")")
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _column(summary: dict[str, dict[str, dict]], policy: str, shown: list[str], several: bool) -> list[str]:
+    """One policy's cells, top to bottom: per metric its mean (and change), then its range."""
+    out = []
+    for metric in shown:
+        figures = figures_of(summary, policy, metric)
+        if figures is None:
+            out += ["n/a", ""] if several else ["n/a"]
+            continue
+        mean, change, low, high = figures
+        out.append(mean + (f" {change * 100:+.0f}%" if change is not None else ""))
+        if several:
+            out.append(span(low, high))
+    return out
+
+
+def _blocks(policies: list[str], widths: dict[str, int], room: int) -> list[list[str]]:
+    """The policies in order, cut into as few runs as fit `room`, of even size (one column at
+    least each)."""
+    for count in range(1, len(policies) + 1):
+        size = -(-len(policies) // count)
+        blocks = [policies[i:i + size] for i in range(0, len(policies), size)]
+        if all(sum(widths[p] for p in block) <= room for block in blocks):
+            return blocks
+    return [[p] for p in policies]
 
 
 def single_seed_table(scenario: str, seed: int, results: dict[str, PolicyResult]) -> str:

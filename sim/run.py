@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from statistics import fmean, pstdev
 
 from scoring.claims import class_resource
+from sim.avoidance import AvoidanceTally
 from sim.engine import bind, build_world, measure, step_workloads
 from sim.world_state import gpu_count
 from sim.policies import make_policy, policies_for
@@ -49,6 +50,7 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
     running_pods = []
     packed_jobs: dict[str, bool] = {}
     roomy_jobs: set[str] = set()
+    avoidance = AvoidanceTally()
     for tick in range(ticks):
         world.tick = tick
         step_workloads(world)
@@ -60,6 +62,7 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
             if node is not None:
                 bind(world, pod, node)
                 policy.bound(world, pod, node)
+                avoidance.bound(world, node)
         if tick and tick % scenario.descheduler_every_ticks == 0:
             policy.deschedule(world)
         sample = measure(world)
@@ -99,6 +102,7 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
         metrics = _serving_metrics(world, metrics)
         latencies = world.llm.tally.ttft.samples()
     metrics.update(policy.advice_metrics())
+    metrics.update(avoidance.metrics())
     judged = [job for job in packed_jobs if job in roomy_jobs]
     if judged:
         # Only jobs for which one clique had room for every worker when they arrived count.

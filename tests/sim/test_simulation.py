@@ -71,6 +71,21 @@ def test_even_load_latency_is_what_balancing_would_give():
     assert piled.even_load_latencies == even.even_load_latencies
 
 
+def test_bindings_onto_nodes_the_advice_avoids_are_counted_for_any_policy():
+    from sim.avoidance import AvoidanceTally
+
+    world = _two_node_world(["gpu-node-000"] * 4)  # one node 90 % busy, the other idle
+    tally = AvoidanceTally()
+    assert tally.metrics() == {}, "no binding, no share"
+    for tick in range(12):  # past the exporter's lag, so the eye has a scrape to judge by
+        world.tick = tick
+        measure(world)
+    tally.bound(world, "gpu-node-000")
+    tally.bound(world, "gpu-node-001")
+    tally.bound(world, "gpu-node-001")
+    assert tally.metrics() == {"placed_on_avoided": 1 / 3}
+
+
 def test_weighted_quantile_weights_requests():
     assert weighted_quantile([(10, 1), (1000, 1)], 0.5) == 10
     assert weighted_quantile([(10, 1), (1000, 99)], 0.5) == 1000

@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast bench prometheus chromium victoria-metrics control-plane helm clean image
+.PHONY: demo test test-fast bench prometheus chromium victoria-metrics wrk control-plane helm clean image
 
 # The image, tagged with the package version: `make image IMAGE=registry.example/gpu-balancer`.
 IMAGE ?= ghcr.io/gpu-balancer/gpu-balancer
@@ -36,6 +36,10 @@ prometheus:
 chromium:
 	$(call debian,chromium,echo "chromium is not installed: the report-rendering test is skipped")
 
+# wrk, the load benches' HTTP client: the tests run every bench at a tiny size (tests/test_benches.py).
+wrk:
+	$(call debian,wrk,echo "wrk is not installed: the load benches' tests are skipped")
+
 # Single-node VictoriaMetrics, the second time-series backend the tests read through.
 victoria-metrics:
 	$(call debian,victoria-metrics,echo "victoria-metrics is not installed: its tests are skipped")
@@ -60,11 +64,11 @@ demo: $(STAMP)
 	@$(MAKE) --no-print-directory prometheus || echo "(continuing without Prometheus)"
 	$(VENV)/bin/gpu-balancer demo
 
-test: $(STAMP) prometheus chromium victoria-metrics control-plane helm
+test: $(STAMP) prometheus chromium victoria-metrics wrk control-plane helm
 	$(PY) -m pytest
 
 # For development: everything but the real control plane.
-test-fast: $(STAMP) prometheus chromium victoria-metrics helm
+test-fast: $(STAMP) prometheus chromium victoria-metrics wrk helm
 	$(PY) -m pytest -k "not control_plane"
 
 bench: $(STAMP) prometheus

@@ -29,7 +29,7 @@ from scoring.placement import index_fleet  # noqa: E402
 from scoring.policy import PlacementPolicy  # noqa: E402
 from scoring.view import ClusterView  # noqa: E402
 from webhook.admit import decide  # noqa: E402
-from webhook.cluster_watch import ClusterWatch  # noqa: E402
+from webhook.cluster_watch import DRA_KINDS, ClusterWatch  # noqa: E402
 from webhook.ledger import SteeringLedger  # noqa: E402
 from webhook.review import decode_review, pod_review  # noqa: E402
 
@@ -64,8 +64,9 @@ def decision_cost(nodes: int, pools: int, admissions: int, seed: int) -> float:
     index = index_fleet(heat)
     ledger = SteeringLedger(45)
     ledger.prepare(index, ClusterView(facts, {}, frozenset(), NOW))
+    # One untimed admission per signature first, then `admissions` timed ones.
     reviews = [decode_review(json.dumps(pod_review(pod_object(i, f"p{i % pools}" if pools > 1 else None))).encode())
-               for i in range(admissions)]
+               for i in range(pools + admissions)]
     for review in reviews[:pools]:  # first admission of each signature builds its feasible set
         decide(review, index=index, telemetry_time=NOW, snapshot_age_seconds=5.0, ledger=ledger, policy=POLICY,
                now=NOW)
@@ -85,14 +86,16 @@ def view_memory(nodes: int, pods: int) -> tuple[float, int]:
     tracemalloc.start()
     watch = ClusterWatch(client.ApiClient(client.Configuration()), POLICY)
     baseline = tracemalloc.get_traced_memory()[0]
-    for i in range(nodes):
-        watch._apply_node("ADDED", node_object(i, 20))
+    watch.on_list("nodes", [node_object(i, 20) for i in range(nodes)])
+    bound = []
     for i in range(pods):
         pod = pod_object(i, f"p{i % 20}")
         pod["spec"]["nodeName"] = f"gpu-{i % nodes:05d}"
         pod["status"] = {"phase": "Running"}
-        watch._apply_pod("ADDED", pod, NOW, relist=True)
-    watch._synced = {"nodes": True, "pods": True}
+        bound.append(pod)
+    watch.on_list("pods", bound)
+    for kind in DRA_KINDS:
+        watch.on_list(kind, [])  # a fleet without DRA objects: listed, and empty
     view = watch.freeze()
     used = tracemalloc.get_traced_memory()[0] - baseline
     tracemalloc.stop()

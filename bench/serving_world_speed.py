@@ -2,7 +2,7 @@
 timed alone, and the replica profile's tabulation timed apart (it is built once per process).
 CPU only; prints figures, no other I/O.
 
-    .venv/bin/python bench/serving_world_speed.py [--policies stock,gpu-balancer] [--seed 1]
+    .venv/bin/python bench/serving_world_speed.py [--policies stock,gpu-balancer] [--seed 1] [--nodes 96] [--hours 2]
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", default=",".join(SERVING_WORLD_POLICIES))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--nodes", type=int, default=96, help="the target is set for 96")
+    parser.add_argument("--hours", type=float, default=2.0, help="the target is set for 2")
     args = parser.parse_args()
     base = named("llm-fleet")
     # Three times the default fleet, and three times its services, at the same load.
-    scenario = replace(base, name="llm-fleet-96", hours=2.0, fleet=FleetShape(nodes=96),
-                       inference=InferenceShape(services=120))
+    scenario = replace(base, name=f"llm-fleet-{args.nodes}", hours=args.hours, fleet=FleetShape(nodes=args.nodes),
+                       inference=InferenceShape(services=max(1, args.nodes * 120 // 96)))
     sv = scenario.serving
     started = time.perf_counter()
     profile(gpu_named("H100-80GB"), model_named(sv.model), RequestMix(sv.prompt_tokens, sv.output_tokens,

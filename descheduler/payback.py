@@ -15,17 +15,12 @@ sides alike and drops out:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from scoring.images import IMAGE_BYTES_ANNOTATION, MODEL_BYTES_ANNOTATION, annotated_bytes
 from scoring.policy import DeschedulerPolicy
 from scoring.serving import ServingReplica
-
-IMAGE_BYTES_ANNOTATION = "gpu-balancer.io/image-bytes"
-"""Bytes of the pod's container image, where its owner says: a new node pulls them first."""
-MODEL_BYTES_ANNOTATION = "gpu-balancer.io/model-bytes"
-"""Bytes of model weights the pod loads into GPU memory before it serves."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +43,7 @@ class Payback:
 
 def restart_seconds(annotations: Mapping[str, str], policy: DeschedulerPolicy) -> float:
     """The pod's time to ready from its image and model sizes where it gives them, else the policy's."""
-    image, model = _bytes(annotations, IMAGE_BYTES_ANNOTATION), _bytes(annotations, MODEL_BYTES_ANNOTATION)
+    image, model = annotated_bytes(annotations, IMAGE_BYTES_ANNOTATION), annotated_bytes(annotations, MODEL_BYTES_ANNOTATION)
     if image is None and model is None:
         return policy.restart_cost_seconds
     return ((image or 0.0) / policy.image_pull_bytes_per_second + (model or 0.0) / policy.weight_load_bytes_per_second
@@ -68,11 +63,3 @@ def payback(annotations: Mapping[str, str], *, source_util: float, destination_u
     return Payback(horizon * recovered_share(source_util, destination_util, replica),
                    restart_seconds(annotations, policy), horizon)
 
-
-def _bytes(annotations: Mapping[str, str], key: str) -> float | None:
-    """An annotation's byte count; None when absent or not a number (a typo costs the default, not a crash)."""
-    try:
-        value = float(annotations[key])
-    except (KeyError, ValueError):
-        return None
-    return value if math.isfinite(value) and value >= 0 else None

@@ -198,8 +198,11 @@ class ClusterState:
 
     @staticmethod
     def _scheduled_at(obj: dict[str, Any]) -> datetime | None:
+        """When the pod was bound: its PodScheduled condition's time; for a pod created with
+        `spec.nodeName` (no scheduler, so no such condition) its creation. Taking "now" for those
+        booked their GPUs again at every relist, on top of the telemetry that already showed them."""
         for condition in as_list(as_dict(obj.get("status")).get("conditions")):
             if isinstance(condition, dict) and condition.get("type") == "PodScheduled" \
                     and condition.get("status") == "True":
                 return _parse_time(condition.get("lastTransitionTime"))
-        return None
+        return _parse_time(as_dict(obj.get("metadata")).get("creationTimestamp"))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scoring.claims import PodClaims, class_of
+from scoring.images import node_images
 from scoring.node_selectors import NodeSelectorTerm, selector_terms
 from scoring.policy import PlacementPolicy
 from scoring.workloads import (BadQuantity, GpuRequest, as_dict, as_list, gpu_request, is_gpu_resource,
@@ -59,6 +60,8 @@ class NodeFacts:
     unschedulable: bool = False
     allocatable: Mapping[str, int] = field(default_factory=dict, hash=False, compare=False)
     """Whole units of every GPU resource the node offers (MIG profiles, shared GPUs included)."""
+    images: Mapping[str, int] = field(default_factory=dict, hash=False, compare=False)
+    """The large images the node holds (`scoring.images.node_images`), by normal name, in bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +132,7 @@ def node_facts(node: Mapping[str, Any], policy: PlacementPolicy) -> NodeFacts:
                 allocatable[resource] = int(parse_quantity(quantity))
             except (BadQuantity, ValueError, ArithmeticError):
                 continue
-    return NodeFacts(name, labels, taints_of(node), bool(spec.get("unschedulable")), allocatable)
+    return NodeFacts(name, labels, taints_of(node), bool(spec.get("unschedulable")), allocatable, node_images(node))
 
 
 def why_infeasible(pod: PodConstraints, node: NodeFacts, free: Mapping[str, int] | None = None) -> str | None:

@@ -57,6 +57,8 @@ class NodeAdvice:
     """The job's domain goes in a required term: a later worker, while the domain has room for it."""
     left_open: str = ""
     """Why an avoided node was not excluded, where one was not (said on the pod)."""
+    ready: tuple[tuple[str, str], ...] = ()
+    """(node, its estimated time to ready for this pod) for the preferred nodes, where estimated."""
 
     @property
     def hard(self) -> bool:

@@ -194,6 +194,12 @@ class PlacementPolicy:
     """How a workload's replicas are spread over nodes: "scheduler" adds a hostname spread term
     (ScheduleAnyway) that counts only the nodes the pod may use; "ledger" adds none and leaves
     the spread to the advice, whose bookings lower each node's score as replicas are steered to it."""
+    ready_horizon_seconds: float = 600.0
+    """Nodes are ranked by their headroom times the share of this span a new pod would serve
+    there, after its image pull (where the node does not hold the image), weight load and start
+    (`scoring.readiness`, priced with the descheduler's pull and load rates): a cool node that
+    must pull for minutes can rank below a warm node that holds the image. The descheduler's
+    10-minute window, after which a poor placement is its to mend (assumption). 0: off."""
     settle_seconds: float = 45.0
     """How long steered load is remembered past the telemetry that could show it: scheduling,
     image pull and one exporter interval before the pod's GPU use appears in DCGM."""
@@ -452,6 +458,7 @@ def validate_policy(policy: BalancerPolicy) -> None:
     _require(0 <= placement.max_avoided_nodes <= 200, "placement.maxAvoidedNodes", "must be between 0 and 200")
     _require(placement.replica_spread in REPLICA_SPREADS, "placement.replicaSpread",
              f"must be one of {', '.join(REPLICA_SPREADS)}; got {placement.replica_spread!r}")
+    _require(placement.ready_horizon_seconds >= 0, "placement.readyHorizonSeconds", "must not be negative (0: off)")
     _require(placement.hard_avoid_min_spare_gpus >= 0, "placement.hardAvoidMinSpareGpus", "must not be negative")
     _require(placement.settle_seconds >= 0, "placement.settleSeconds", "must not be negative")
     _require(bool(placement.gpu_resources) and all(placement.gpu_resources), "placement.gpuResources",

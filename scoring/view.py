@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 from scoring.claims import EMPTY_BOOK, ClaimBook
 from scoring.feasibility import NodeFacts
@@ -45,6 +46,12 @@ class ClusterView:
     claims: ClaimBook = EMPTY_BOOK
     """ResourceClaimTemplates and ResourceClaims, to count what a DRA pod asks for."""
 
+    @cached_property
+    def image_sizes(self) -> Mapping[str, int]:
+        """Every large image some node lists, and its size: what a node without it must pull.
+        Worked out once per view, on the first admission that asks."""
+        return {name: size for facts in self.nodes.values() for name, size in facts.images.items()}
+
     def free(self, node: str) -> dict[str, int]:
         facts = self.nodes.get(node)
         if facts is None:
@@ -62,4 +69,5 @@ class ClusterView:
 def node_with_devices(facts: NodeFacts, devices: Mapping[str, int]) -> NodeFacts:
     """The node's facts with its ResourceSlices' GPU devices added to `allocatable` as
     `deviceclass/<class>` units."""
-    return NodeFacts(facts.name, facts.labels, facts.taints, facts.unschedulable, {**facts.allocatable, **devices})
+    return NodeFacts(facts.name, facts.labels, facts.taints, facts.unschedulable, {**facts.allocatable, **devices},
+                     facts.images)

@@ -26,13 +26,13 @@ from collections import defaultdict
 from dataclasses import replace
 
 from descheduler.cluster import namespace_object
-from descheduler.payback import MODEL_BYTES_ANNOTATION
+from scoring.images import MODEL_BYTES_ANNOTATION
 from scoring.claims import book_from_objects, class_of, class_resource
 from scoring.policy import OptInPolicy, PlacementPolicy
 from sim.cluster_context import ClusterContext
 from sim.llm import world as serving_world
 from sim.llm.state import ServingState
-from sim.node_state import IMAGE_SIZE_ANNOTATION, NodeState, pod_key
+from sim.node_state import IMAGE_SIZE_ANNOTATION, NodeState, pod_key, status_images
 from sim.plugins.dynamic_resources import claimed_devices
 from sim.scenario import PoolShape, Scenario
 from sim.world_state import BURST, Service, SimPod, TickSample, World, demand_now, gpu_count
@@ -245,7 +245,8 @@ def cluster_objects(world: World) -> list[dict]:
     objects += [{"kind": "Node", "metadata": {"name": n.name, "labels": dict(n.labels)},
                  "spec": {"unschedulable": n.unschedulable, "taints": list(n.taints)},
                  "status": {"allocatable": {r: str(int(q)) for r, q in n.allocatable.items()
-                                            if r.startswith("nvidia.com/")}}}
+                                            if r.startswith("nvidia.com/")},
+                            "images": status_images(n)}}
                 for n in world.nodes.values()]
     if world.dra:
         objects += _dra_objects(world)

@@ -14,6 +14,7 @@ from scoring.holdings import holds_units
 from scoring.placement import index_fleet
 from scoring.claims import PodClaims, class_of, devices_from_objects, pod_claims
 from scoring.policy import BalancerPolicy, PlacementPolicy
+from scoring.readiness import pod_startup, startup_costs, time_to_ready
 from scoring.telemetry import ClusterSnapshot
 from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
 from sim.cluster_context import NO_CONTEXT, ClusterContext
@@ -75,11 +76,12 @@ def nodes_from_list(document: Any, placement: PlacementPolicy | None = None) -> 
     return list(nodes.values())
 
 
-def _shape(verdicts: list[NodeVerdict]) -> dict:
+def _shape(verdicts: list[NodeVerdict], ready: dict[str, str] | None = None) -> dict:
     feasible = [v for v in verdicts if v.feasible]
     best = max((v.total for v in feasible), default=None)
     return {"nodes": [{"name": v.name, "feasible": v.feasible, "failed_filter": v.failed_filter,
-                       "scores": {k: round(s, 1) for k, s in v.scores.items()}, "total": round(v.total, 1)}
+                       "scores": {k: round(s, 1) for k, s in v.scores.items()}, "total": round(v.total, 1),
+                       **({"ready": ready[v.name]} if ready and v.name in ready else {})}
                       for v in sorted(verdicts, key=lambda v: (-v.total, v.name))],
             "chosen": sorted(v.name for v in feasible if best is not None and v.total >= best - 1e-9)}
 
@@ -97,7 +99,8 @@ def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | No
     With a snapshot, the same after the webhook's advice (`advised`), and the advice itself. A
     pod that names ResourceClaims gets `claims`: how they were read (GPU devices counted, `All`,
     `firstAvailable`, allocated, not found)."""
-    result = _shape(evaluate(pod, nodes, context=context))
+    ready = _time_to_ready(pod, nodes, now, policy)
+    result = _shape(evaluate(pod, nodes, context=context), ready)
     result["profile"] = context.profile.describe()
     if (claims := pod_claims(pod, context.claims, context.placement)) is not None:
         result["claims"] = _claim_lines(claims)
@@ -111,11 +114,22 @@ def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | No
         ledger.prepare(index, view_of(nodes, now, context.claims))
     decision = decide(decode_review(json.dumps(pod_review(pod, uid="explain")).encode()), index=index,
                       telemetry_time=snapshot.newest_sample_at, snapshot_age_seconds=snapshot.age_seconds(now),
-                      ledger=ledger, policy=policy.placement, now=now, claims=context.claims)
+                      ledger=ledger, policy=policy.placement, now=now, claims=context.claims,
+                      startup=startup_costs(policy))
     advised = patched(copy.deepcopy(pod), decision.review)
-    result["advised"] = _shape(evaluate(advised, nodes, context=context))
+    result["advised"] = _shape(evaluate(advised, nodes, context=context), ready)
     result["advice"] = decision.detail or decision.reason
     return result
+
+
+def _time_to_ready(pod: dict, nodes: list[NodeState], now: datetime, policy: BalancerPolicy) -> dict[str, str]:
+    """Each node's estimated time to ready for the pod, as the advice weighs it (none where the
+    policy turns it off)."""
+    if (costs := startup_costs(policy)) is None:
+        return {}
+    view = view_of(nodes, now)
+    startup = pod_startup(pod, view.image_sizes, costs)
+    return {name: time_to_ready(startup, facts.images, costs).describe() for name, facts in view.nodes.items()}
 
 
 def _claim_lines(claims: PodClaims) -> list[str]:
@@ -130,7 +144,8 @@ def as_table(result: dict) -> str:
         lines = [title, f"{'NODE':24s} {'FEASIBLE':9s} {'TOTAL':>7s}  SCORES / FAILED FILTER"]
         for n in shape["nodes"]:
             detail = ", ".join(f"{k} {v:.0f}" for k, v in n["scores"].items()) if n["feasible"] else n["failed_filter"]
-            lines.append(f"{n['name']:24s} {'yes' if n['feasible'] else 'no':9s} {n['total']:7.1f}  {detail}")
+            ready = f"; ready {n['ready']}" if "ready" in n else ""
+            lines.append(f"{n['name']:24s} {'yes' if n['feasible'] else 'no':9s} {n['total']:7.1f}  {detail}{ready}")
         lines.append(f"chosen: {', '.join(shape['chosen']) or 'none (the pod stays Pending)'}")
         return lines
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from descheduler.payback import IMAGE_BYTES_ANNOTATION
+from scoring.images import IMAGE_BYTES_ANNOTATION
 from scoring.objects import as_dict, as_list
 from sim.pod_requests import pod_requests, quantity
 
@@ -68,6 +68,17 @@ class NodeState:
             self.requested.subtract(pod_requests(pod))
             self.non_zero_requested.subtract(scored_requests(pod_requests(pod, non_zero=True)))
             self.requested.subtract(self.claimed.pop(key, Counter()))
+
+
+KUBELET_LISTED_IMAGES = 50
+"""The kubelet reports at most this many images in node.status.images (--node-status-max-images),
+the largest first."""
+
+
+def status_images(node: NodeState) -> list[dict]:
+    """The node's images as its kubelet reports them in `status.images`."""
+    largest = sorted(node.images.items(), key=lambda item: (-item[1], item[0]))[:KUBELET_LISTED_IMAGES]
+    return [{"names": [name], "sizeBytes": size} for name, size in largest]
 
 
 def scored_requests(requests: Counter) -> Counter:

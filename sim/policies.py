@@ -20,6 +20,7 @@ from scoring.errors import TelemetryError
 from scoring.heat import fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
 from scoring.queries import topology_keys
+from scoring.readiness import startup_costs
 from scoring import dcgm
 from scoring.serving import (ServingReplica, SustainedServing, latency_label, pressure_of, target_for,
                              with_peers, with_serving, workload_of_pod)
@@ -481,7 +482,8 @@ class GpuBalancer(Stock):
                               index=fresh.index if fresh else None,
                               telemetry_time=fresh.sampled_at if fresh else None,
                               snapshot_age_seconds=fresh.age_seconds(now) if fresh else None,
-                              ledger=ledger, policy=self.policy.placement, now=now, claims=self._claims(world))
+                              ledger=ledger, policy=self.policy.placement, now=now, claims=self._claims(world),
+                              startup=startup_costs(self.policy))
             pod.obj = patched(pod.obj, decision.review)
             preferred = preferred_nodes(pod.obj)
             if preferred and telemetry is not None:

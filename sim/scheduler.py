@@ -32,10 +32,11 @@ from typing import Any
 
 from scoring.claims import EMPTY_BOOK, ClaimBook, class_of
 from scoring.feasibility import NodeFacts, taints_from
+from scoring.images import node_images
 from scoring.view import ClusterView
 from sim.cluster_context import NO_CONTEXT, ClusterContext
 from sim.framework import Cycle, NodeVerdict, run_cycle
-from sim.node_state import NodeState
+from sim.node_state import NodeState, status_images
 from sim.plugins import REGISTRY
 
 
@@ -56,7 +57,8 @@ def view_of(nodes: Iterable[NodeState], now: datetime, claims: ClaimBook = EMPTY
     facts, held, bound = {}, {}, set()
     for node in nodes:
         allocatable = {r: int(q) for r, q in node.allocatable.items() if r.startswith("nvidia.com/") or class_of(r)}
-        facts[node.name] = NodeFacts(node.name, node.labels, taints_from(node.taints), node.unschedulable, allocatable)
+        facts[node.name] = NodeFacts(node.name, node.labels, taints_from(node.taints), node.unschedulable, allocatable,
+                                     node_images({"status": {"images": status_images(node)}}))
         held[node.name] = {r: int(node.requested[r]) for r in allocatable if node.requested[r]}
         bound.update(node.pods)
     return ClusterView(facts, held, frozenset(bound), now, claims)

@@ -6,18 +6,24 @@ metrics and logs; the response always allows the pod.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from scoring.claims import ClaimBook, has_resource_claims, pod_claims
 from scoring.feasibility import constraints_for
 from scoring.placement import NO_ADVICE, PlacementIndex, advise, advise_group, node_domains
 from scoring.policy import PlacementPolicy
+from scoring.readiness import StartupCosts, by_time_to_ready, pod_startup
 from webhook.ledger import SteeringLedger
 from webhook.mutate import mutate_pod
 from scoring.workloads import BadQuantity, gpu_request, job_size, training_group
 from webhook.pods import exemption
 from webhook.review import AdmissionRequest, AdmissionReviewOut, build_response
+
+
+READY_CANDIDATES = 3
+"""Time to ready re-ranks this many times K of the headroom ranking's best: a node that holds the
+image competes with the K coolest without the admission walking every node."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +38,11 @@ class Decision:
 
 def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry_time: datetime | None,
            snapshot_age_seconds: float | None, ledger: SteeringLedger, policy: PlacementPolicy,
-           now: datetime, claims: ClaimBook | None = None) -> Decision:
+           now: datetime, claims: ClaimBook | None = None, startup: StartupCosts | None = None) -> Decision:
     """`claims` is where a DRA pod's claims and templates are looked up: the cluster view's live
-    book, known as soon as it is listed (before any telemetry); the ledger's view's by default."""
+    book, known as soon as it is listed (before any telemetry); the ledger's view's by default.
+    `startup` prices each candidate node's time to ready for the pod (`scoring.readiness`); None:
+    nodes are ranked on headroom alone."""
     def unchanged(reason: str, detail: str = "", warnings: tuple[str, ...] = ()) -> Decision:
         return Decision(build_response(request.uid, warnings=warnings), "unchanged", reason, detail)
 
@@ -81,10 +89,20 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
         if advice.domain is not None and not request.dry_run:
             ledger.remember_group(group_key, advice.domain, now)
     else:
+        k = policy.max_preferred_nodes
+        # Time to ready re-ranks a wider pool of the ranking's best, where some node lists images.
+        timed = startup is not None and view is not None and bool(view.image_sizes)
         ranked, _ = ledger.top(index, telemetry_time, need=max(1, needs.whole_gpus),
-                                      k=policy.max_preferred_nodes, pod=constraints)
+                               k=k * READY_CANDIDATES if timed else k, pod=constraints)
+        ready: tuple[tuple[str, str], ...] = ()
+        if timed:
+            ranked, estimates = by_time_to_ready(ranked, pod_startup(pod, view.image_sizes, startup), view.nodes,
+                                                 startup, k)
+            ready = tuple((node, estimate.describe()) for node, estimate in estimates)
         advice = advise(ledger.feasible_index(index, constraints), gpus_requested=needs.whole_gpus,
                         pending_gpus={}, policy=policy, ranked=ranked)
+        if ready and advice.preferred:
+            advice = replace(advice, ready=ready[:len(advice.preferred)])
     booking = ledger.booking_id() if advice.preferred and not request.dry_run else None
     mutation = mutate_pod(pod, advice, snapshot_age_seconds=snapshot_age_seconds if index else None, policy=policy,
                           booking=booking, claims=needs.claims)

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from scoring.policy import BalancerPolicy
+from scoring.readiness import startup_costs
 from webhook.admit import decide
 from webhook.cache import SnapshotCache
 from webhook.cluster_watch import ClusterWatch
@@ -87,6 +88,7 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
     restarted (`/healthz` fails), or returns None."""
     metrics = metrics or create_metrics()
     ledger = ledger or SteeringLedger(policy.placement.settle_seconds)
+    startup = startup_costs(policy)
     view = cluster.freeze if cluster is not None else (lambda: None)
     # Telemetry and the cluster view are taken together, off the request path, once per refresh.
     cache.on_refresh.append(lambda telemetry: ledger.prepare(telemetry.index, view()))
@@ -128,7 +130,7 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
                               telemetry_time=fresh.sampled_at if fresh else None,
                               snapshot_age_seconds=fresh.age_seconds(now) if fresh else None,
                               ledger=ledger, policy=policy.placement, now=now,
-                              claims=cluster.live_claims if cluster is not None else None)
+                              claims=cluster.live_claims if cluster is not None else None, startup=startup)
         except Exception:  # noqa: BLE001 - a bug here must never block a pod
             log.exception("admission %s failed; admitting unchanged", admission.uid)
             metrics.admissions.labels("unchanged", "internal-error").inc()

@@ -30,6 +30,7 @@ from kubernetes.client.rest import ApiException
 
 from scoring.claims import ClaimBook
 from scoring.cluster_state import ClusterState
+from scoring.images import large_images
 from scoring.policy import PlacementPolicy
 from scoring.objects import as_dict, as_list
 from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView
@@ -48,23 +49,26 @@ OPTIONAL_RETRY_SECONDS = 300.0
 
 
 # What the view never reads of a node (or a DRA object) and a real API server sends with it.
-_UNREAD_NODE_FIELDS = (("metadata", "managedFields"), ("status", "images"), ("status", "volumesAttached"),
-                       ("status", "volumesInUse"))
+_UNREAD_NODE_FIELDS = (("metadata", "managedFields"), ("status", "volumesAttached"), ("status", "volumesInUse"))
 
 
 def slim(obj: dict[str, Any]) -> dict[str, Any]:
     """What the view reads of an object, and no more: a real API server's pod is ~5 KB of JSON
     (managed fields, statuses, defaults), ~15 KiB parsed, and a list of 16,000 held until its last
     page cost hundreds of MB (bench/control_plane_scale.py). A pod keeps its name, namespace,
-    booking annotation, node, containers' resources, claims, phase and scheduled time; other kinds
-    lose their managed fields (a node its image list too)."""
+    creation time, booking annotation, node, containers' resources, claims, phase and scheduled
+    time; other kinds
+    lose their managed fields (a node its small images too: only those a time to ready turns on)."""
     metadata, spec, status = as_dict(obj.get("metadata")), as_dict(obj.get("spec")), as_dict(obj.get("status"))
     if "containers" not in spec:  # not a pod
         for part, key in _UNREAD_NODE_FIELDS:
             as_dict(obj.get(part)).pop(key, None)
+        if "images" in status:
+            status["images"] = large_images(status["images"])
         return obj
     booking = as_dict(metadata.get("annotations")).get(BOOKING_ANNOTATION)
-    kept_metadata = {key: metadata[key] for key in ("name", "namespace", "resourceVersion") if key in metadata}
+    kept_metadata = {key: metadata[key] for key in ("name", "namespace", "resourceVersion", "creationTimestamp")
+                     if key in metadata}
     if booking is not None:
         kept_metadata["annotations"] = {BOOKING_ANNOTATION: booking}
     kept_spec: dict[str, Any] = {key: spec[key] for key in ("nodeName", "resourceClaims") if key in spec}

@@ -71,7 +71,9 @@ class SteeringLedger:
         self._serial = itertools.count(1)
         self._bookings: dict[str, _Booking] = {}
         self._by_pod: dict[str, str] = {}  # namespace/name → key of its booking, once bound
-        self._order: deque[tuple[datetime, str]] = deque()
+        self._order: list[tuple[datetime, str]] = []
+        """A min-heap by booking time: bindings seen on a relist carry their own, earlier times, in
+        the list's order, so appending them would not keep the times in order."""
         self._pending: Counter = Counter()  # node → units booked (heat)
         self._unseen: dict[str, Counter] = defaultdict(Counter)  # node → resource → units the view lacks
         self._total = 0
@@ -125,7 +127,7 @@ class SteeringLedger:
         self._bookings[key] = booking
         if booking.pod:
             self._by_pod[booking.pod] = key
-        self._order.append((booking.at, key))
+        heapq.heappush(self._order, (booking.at, key))
         self._count(booking, +1)
 
     def _remove(self, key: str) -> None:
@@ -334,7 +336,7 @@ class SteeringLedger:
         if telemetry_time is None:
             return
         while self._order and self._order[0][0] + self._settle <= telemetry_time:
-            at, key = self._order.popleft()
+            at, key = heapq.heappop(self._order)
             booking = self._bookings.get(key)
             if booking is not None and booking.at == at:
                 self._remove(key)

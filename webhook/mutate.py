@@ -136,6 +136,8 @@ def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds:
         _add_node_preferences(spec, advice)
         terms.append("node-affinity")
         parts.append("preferred " + _names(advice.preferred, lambda p: f"{p.node}({p.weight})"))
+    if advice.ready:
+        parts.append("ready " + ", ".join(f"{node} {estimate}" for node, estimate in advice.ready))
     excluded = set(advice.excluded)
     for word, chosen in (("excluded ", True), ("avoided ", False)):
         named = [a for a in advice.avoided if (a.node in excluded) is chosen]

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
+import time
 from collections import Counter
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -88,11 +91,13 @@ class Pool:
     def __init__(self, plane: ControlPlane, webhook: HostWebhook, policy: Path, prometheus_url: str):
         self.plane, self.webhook, self.policy, self.prometheus_url = plane, webhook, policy, prometheus_url
 
-    def use_policy(self, **placement) -> None:
-        """Restart the webhook on the test policy with these placement settings."""
+    def use_policy(self, descheduler: dict | None = None, **placement) -> None:
+        """Restart the webhook on the test policy with these placement (and descheduler) settings."""
         document = yaml.safe_load(policy_text(self.prometheus_url))
         document["optIn"] = {"label": OPT_IN}
         document["placement"] = placement
+        if descheduler:
+            document.setdefault("descheduler", {}).update(descheduler)
         self.policy.write_text(yaml.safe_dump(document))
         self.webhook.stop()
         self.webhook.start()
@@ -199,3 +204,49 @@ def test_control_plane_a_jobs_first_worker_is_advised_a_domain_and_the_second_is
     domains = {CLIQUES[p["spec"]["nodeName"]] for p in placed}
     assert len(domains) == 1 and XID not in {p["spec"]["nodeName"] for p in placed}, (domains, first, second)
     assert domains <= {CLIQUES[n] for n in COOL}, (domains, first)
+
+
+SERVING_IMAGE = "registry.example/vllm-openai:v0.8.5"
+IMAGE_BYTES = 15_000_000_000
+
+
+def test_control_plane_a_replica_goes_where_its_image_is_when_the_pull_costs_more_than_the_heat(pool):
+    """The warm node holds the serving image (its kubelet lists it in status.images); at 30 MB/s
+    the 15 GB pull would keep a replica on a cool node from serving for over eight of the ten
+    minutes the advice is judged over, so the advice ranks the warm node first and says why, and
+    the real scheduler binds the pod there. With the pull priced at 1 GB/s the cool nodes' idle
+    cycles win again."""
+    plane = pool.plane
+    status = {"status": {"images": [{"names": [f"{SERVING_IMAGE}"], "sizeBytes": IMAGE_BYTES},
+                                    {"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320_000}]}}
+    plane.kubectl("patch", "node", WARM, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    plane.create_namespaces("steer-image", labels={OPT_IN: "true"})
+
+    def admitted(name: str) -> dict:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "steer-image"},
+               "spec": {**_pool_spec(), "containers": [{"name": "server", "image": SERVING_IMAGE,
+                                                        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+        plane.apply(pod)
+        return plane.wait_for(lambda: (p := plane.get("pod", name, "-n", "steer-image"))["spec"].get("nodeName")
+                              and p, f"{name} bound", 60)
+
+    # The fillers' bookings settle 45 s after they were bound (the default settleSeconds): until
+    # then the webhook rightly counts the warm node's free GPUs as promised.
+    created = datetime.fromisoformat(plane.get("pod", f"fill-{WARM}", "-n", FILLERS)["metadata"]["creationTimestamp"]
+                                     .replace("Z", "+00:00"))
+    time.sleep(max(0.0, (created + timedelta(seconds=50) - datetime.now(timezone.utc)).total_seconds()))
+    try:
+        pool.use_policy(descheduler={"imagePullBytesPerSecond": 30e6})
+        slow = admitted("slow-pull")
+        pool.use_policy(descheduler={"imagePullBytesPerSecond": 1e9})
+        fast = admitted("fast-pull")
+    finally:
+        pool.use_policy()
+        plane.kubectl("delete", "namespace", "steer-image", "--wait=false")
+    advice = slow["metadata"]["annotations"][ADVICE]
+    assert advice.startswith(f"preferred {WARM}(100)"), advice
+    assert f"ready {WARM} ~30 s (image cached)" in advice and "(pull 15.0 GB)" in advice, advice
+    assert slow["spec"]["nodeName"] == WARM, (slow["spec"]["nodeName"], advice)
+    fast_advice = fast["metadata"]["annotations"][ADVICE]
+    assert fast_advice.split("(")[0].removeprefix("preferred ") in COOL, fast_advice
+    assert fast["spec"]["nodeName"] in COOL, (fast["spec"]["nodeName"], fast_advice)

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from descheduler.ledger import LedgerState
-from descheduler.payback import IMAGE_BYTES_ANNOTATION, MODEL_BYTES_ANNOTATION, payback, restart_seconds
+from descheduler.payback import payback, restart_seconds
+from scoring.images import IMAGE_BYTES_ANNOTATION, MODEL_BYTES_ANNOTATION
 from descheduler.plan import plan_evictions
 from scoring.policy import DeschedulerPolicy, ServingTarget
 from scoring.serving import ServingReplica

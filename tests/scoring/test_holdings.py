@@ -60,3 +60,22 @@ def test_the_webhook_view_and_the_descheduler_model_count_the_same_free_gpus():
     state.replace("pods", [_pod("bound-pending", "node-a", 1, "Pending")], NOW)
     assert state.view(NOW).free("node-a") == {"nvidia.com/gpu": 7}
     assert sorted(released) == ["ns/node-lost", "ns/running", "ns/stopping"]
+
+
+def test_a_pod_created_on_its_node_was_bound_when_it_was_created_not_when_it_is_listed():
+    """A pod created with `spec.nodeName` has no PodScheduled condition. Dated at the list, a
+    webhook that restarted booked its GPUs again for the settle time, on top of the telemetry that
+    already showed them: a warm node with room fell out of the advice on the real control plane."""
+    bindings = []
+    state = ClusterState(POLICY, on_binding=bindings.append)
+    direct = _pod("direct", "node-a", 2, "Running")
+    direct["metadata"]["creationTimestamp"] = "2026-12-04T23:59:00Z"  # a minute before NOW
+    scheduled = _pod("scheduled", "node-b", 1, "Running")
+    scheduled["status"]["conditions"] = [{"type": "PodScheduled", "status": "True",
+                                          "lastTransitionTime": "2026-12-04T23:59:30Z"}]
+    undated = _pod("undated", "node-b", 1, "Running")
+    state.replace("nodes", NODES, NOW)
+    state.replace("pods", [direct, scheduled, undated], NOW)
+    assert {b.pod: b.at.isoformat() for b in bindings} == {
+        "ns/direct": "2026-12-04T23:59:00+00:00", "ns/scheduled": "2026-12-04T23:59:30+00:00",
+        "ns/undated": NOW.isoformat()}

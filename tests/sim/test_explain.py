@@ -12,7 +12,7 @@ import yaml
 from scoring.policy import default_policy
 from scoring.series import aggregate_samples, build_snapshot
 from scoring.telemetry import GpuSample
-from sim.explain import explain, nodes_from_list
+from sim.explain import as_table, explain, nodes_from_list
 
 NOW = datetime(2026, 11, 29, tzinfo=timezone.utc)
 
@@ -46,6 +46,19 @@ def test_explain_names_the_failed_filter_and_the_chosen_nodes():
     assert "advised" not in result
 
 
+def test_explain_shows_each_nodes_time_to_ready_from_the_images_its_kubelet_lists():
+    listed = cluster()
+    gpu_b = next(n for n in listed["items"] if n["metadata"]["name"] == "gpu-b")
+    gpu_b["status"]["images"] = [{"names": ["docker.io/vllm/vllm-openai:v0.8.5"], "sizeBytes": 12_000_000_000}]
+    pod = json.loads(json.dumps(POD))
+    pod["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v0.8.5"  # Docker Hub, written short
+    result = explain(pod, nodes_from_list(listed), snapshot=None, policy=default_policy(), now=NOW)
+    ready = {n["name"]: n["ready"] for n in result["nodes"]}
+    assert ready["gpu-b"] == "~30 s (image cached)"
+    assert ready["gpu-c"] == "~90 s (pull 12.0 GB)", "12 GB at the default 200 MB/s, then the start"
+    assert "; ready ~30 s (image cached)" in as_table(result)
+
+
 def test_with_telemetry_the_advice_breaks_the_tie_towards_the_cool_node():
     samples = [GpuSample(node=n, gpu=str(g), util_percent=u, fb_used_mib=1000, fb_free_mib=79000, temperature_c=50)
                for n, u in (("gpu-a", 90.0), ("gpu-b", 85.0), ("gpu-c", 5.0)) for g in range(8)]
@@ -65,7 +78,7 @@ def test_the_explain_command_reads_files_and_prints_json(tmp_path):
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert {"nodes", "chosen"} <= set(report)
-    assert {"name", "feasible", "failed_filter", "scores", "total"} == set(report["nodes"][0])
+    assert {"name", "feasible", "failed_filter", "scores", "total", "ready"} == set(report["nodes"][0])
     bad = subprocess.run([sys.executable, "-m", "gpu_balancer", "explain", "--cluster-file", str(tmp_path / "pod.yaml"),
                           "--pod", str(tmp_path / "pod.yaml")], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2

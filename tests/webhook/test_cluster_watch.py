@@ -294,7 +294,11 @@ def test_the_view_keeps_of_a_pod_what_it_reads_and_reads_the_same_from_it():
     assert slimmed["metadata"]["resourceVersion"] == "812", "the watch resumes from it"
     assert [c["type"] for c in slimmed["status"]["conditions"]] == ["PodScheduled"]
     assert slimmed["spec"]["resourceClaims"] == served["spec"]["resourceClaims"]
+    serving_image = {"names": ["docker.io/vllm/vllm-openai:v0.8.5"], "sizeBytes": 10_000_000_000}
     node = {"metadata": {"name": "n1", "managedFields": [{}], "labels": {"pool": "h100"}},
-            "spec": {"taints": []}, "status": {"allocatable": {"nvidia.com/gpu": "8"}, "images": [{"names": ["a"]}]}}
+            "spec": {"taints": []}, "status": {"allocatable": {"nvidia.com/gpu": "8"}, "volumesInUse": ["v"],
+                                               "images": [{"names": ["a"]}, serving_image,
+                                                          {"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320_000}]}}
     assert slim(node) == {"metadata": {"name": "n1", "labels": {"pool": "h100"}}, "spec": {"taints": []},
-                          "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+                          "status": {"allocatable": {"nvidia.com/gpu": "8"}, "images": [serving_image]}}, \
+        "a node keeps only the images a time to ready turns on"

@@ -40,6 +40,19 @@ def test_bindings_of_other_replicas_and_unsteered_pods_are_booked_too():
     assert ledger.pending(NOW + timedelta(seconds=45)) == {}, "forgotten once telemetry can show them"
 
 
+def test_bindings_seen_out_of_time_order_each_settle_on_their_own_time():
+    """A relist hands bindings over in the list's order, each dated by its own scheduling: a pod
+    bound a minute ago may come after one bound just now. The older one settles first all the
+    same; behind the newer one it stayed booked and hid a warm node's room (issue 47)."""
+    ledger = SteeringLedger(45, replica="r1-")
+    ledger.prepare(index_fleet(fleet(node("a", util=5), node("b", util=30))), view(names=("a", "b")))
+    ledger.bind(Binding("steer-job/worker-0", "a", ((GPU, 4),), NOW, ""))
+    ledger.bind(Binding("steering-fill/fill-b", "b", ((GPU, 5),), NOW - timedelta(seconds=60), ""))
+    assert ledger.pending(NOW - timedelta(seconds=30)) == {"a": 4, "b": 5}
+    assert ledger.pending(NOW) == {"a": 4}, "the filler, bound 60 s ago, is in the telemetry now"
+    assert ledger.pending(NOW + timedelta(seconds=45)) == {}
+
+
 def test_a_pod_gone_before_its_booking_settled_takes_the_booking_with_it():
     ledger = SteeringLedger(45, replica="r1-")
     ledger.prepare(index_fleet(fleet(node("a", util=5), node("b", util=30))), view(names=("a", "b")))

@@ -1,0 +1,119 @@
+"""Time to ready: image names in one form, a node's images as its kubelet lists them, and the
+ranking that weighs a node's headroom by how soon a new pod would serve there."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from scoring.feasibility import NodeFacts, node_facts
+from scoring.heat import Tier
+from scoring.images import MIN_KEPT_IMAGE_BYTES, node_images, normal_image, pod_images
+from scoring.placement import index_fleet
+from scoring.policy import BalancerPolicy, PlacementPolicy
+from scoring.readiness import StartupCosts, by_time_to_ready, pod_startup, startup_costs, time_to_ready
+from scoring.view import ClusterView
+from tests.webhook.helpers import NOW, apply_response, fleet, gpu_pod, node, review
+from webhook.admit import decide
+from webhook.ledger import SteeringLedger
+from webhook.review import decode_review
+
+GPU = "nvidia.com/gpu"
+IMAGE = "vllm/vllm-openai:v0.8.5"
+GB = 1_000_000_000
+
+
+@pytest.mark.parametrize("written, normal", [
+    ("vllm/vllm-openai:v0.8.5", "docker.io/vllm/vllm-openai:v0.8.5"),
+    ("nginx", "docker.io/library/nginx:latest"),
+    ("docker.io/library/ubuntu:22.04", "docker.io/library/ubuntu:22.04"),
+    ("index.docker.io/vllm/vllm-openai:v0.8.5", "docker.io/vllm/vllm-openai:v0.8.5"),
+    ("nvcr.io/nvidia/tritonserver:25.01-py3", "nvcr.io/nvidia/tritonserver:25.01-py3"),
+    ("nvcr.io/nvidia/tritonserver@sha256:0a1b", "nvcr.io/nvidia/tritonserver@sha256:0a1b"),
+    ("localhost:5000/llm", "localhost:5000/llm:latest"),
+    ("registry.example:5000/team/llm", "registry.example:5000/team/llm:latest"),
+    ("  ", ""),
+])
+def test_image_names_compare_in_one_form(written, normal):
+    assert normal_image(written) == normal
+
+
+def kubelet_node(name: str, *images: tuple[list[str], object]) -> dict:
+    """A Node as the kubelet reports it on containerd: each image by its tag and digest names."""
+    return {"kind": "Node", "metadata": {"name": name},
+            "status": {"allocatable": {GPU: "8"}, "images": [{"names": names, "sizeBytes": size} for names, size in images]}}
+
+
+def test_a_nodes_large_images_are_kept_by_every_name_and_the_rest_ignored():
+    obj = kubelet_node("n1",
+                       (["docker.io/vllm/vllm-openai@sha256:9c1f", "docker.io/vllm/vllm-openai:v0.8.5"], 10 * GB),
+                       (["registry.k8s.io/pause:3.10"], 320_000),
+                       (["nvcr.io/nvidia/k8s-device-plugin:v0.17.0"], "12 GB"),  # not a number: skipped
+                       ("not a list", 20 * GB), ({"names": None}, 20 * GB))
+    images = node_images(obj)
+    assert images == {"docker.io/vllm/vllm-openai@sha256:9c1f": 10 * GB, "docker.io/vllm/vllm-openai:v0.8.5": 10 * GB}
+    assert node_facts(obj, PlacementPolicy()).images == images
+    assert node_images({"status": {"images": "garbage"}}) == {} and node_images({}) == {}
+    assert MIN_KEPT_IMAGE_BYTES > 320_000
+
+
+def test_a_pods_images_are_its_containers_and_init_containers_once():
+    pod = gpu_pod(initContainers=[{"name": "fetch", "image": "busybox"}, {"name": "x"}])
+    pod["spec"]["containers"].append({"name": "sidecar", "image": "busybox"})
+    assert pod_images(pod) == ("docker.io/library/busybox:latest", "registry.example/server:1")
+
+
+def test_time_to_ready_adds_the_missing_image_the_weights_and_the_start():
+    costs = StartupCosts(image_pull_bytes_per_second=100e6, weight_load_bytes_per_second=2e9, startup_seconds=30)
+    pod = gpu_pod(**{"containers": [{"name": "s", "image": IMAGE}]})
+    pod["metadata"]["annotations"] = {"gpu-balancer.io/model-bytes": str(16 * GB)}
+    startup = pod_startup(pod, {normal_image(IMAGE): 12 * GB}, costs)
+    cold = time_to_ready(startup, {}, costs)
+    warm = time_to_ready(startup, {normal_image(IMAGE): 12 * GB}, costs)
+    assert cold.seconds == pytest.approx(120 + 8 + 30) and cold.describe() == "~158 s (pull 12.0 GB)"
+    assert warm.seconds == pytest.approx(8 + 30) and warm.describe() == "~38 s (image cached)"
+    unsized = pod_startup(gpu_pod(), {}, costs)  # no node lists it, the pod does not say: the default
+    assert time_to_ready(unsized, {}, costs).missing_bytes == costs.unknown_image_bytes
+
+
+@pytest.mark.parametrize("pull_bytes_per_second, first", [(30e6, "warm-cached"), (1e9, "cool-empty")])
+def test_a_warm_node_holding_the_image_beats_a_cool_one_only_where_the_pull_costs_more_than_it_gains(
+        pull_bytes_per_second, first):
+    """At 30 MB/s a 15 GB image takes over eight minutes, most of the ten-minute horizon: the
+    warm node that holds it serves sooner and longer. At 1 GB/s the pull is seconds and the cool
+    node's idle cycles win."""
+    costs = StartupCosts(image_pull_bytes_per_second=pull_bytes_per_second)
+    nodes = {"cool-empty": NodeFacts("cool-empty", allocatable={GPU: 8}),
+             "warm-cached": NodeFacts("warm-cached", allocatable={GPU: 8}, images={normal_image(IMAGE): 15 * GB})}
+    startup = pod_startup(gpu_pod(**{"containers": [{"name": "s", "image": IMAGE}]}), {normal_image(IMAGE): 15 * GB},
+                          costs)
+    ranked = [(1.0, 8, "cool-empty"), (0.5, 8, "warm-cached")]  # headroom: a warm node counts half
+    reranked, estimates = by_time_to_ready(ranked, startup, nodes, costs, k=2)
+    assert reranked[0][2] == first
+    assert dict(estimates)["warm-cached"].missing_bytes == 0 and dict(estimates)["cool-empty"].missing_bytes == 15 * GB
+
+
+def test_the_webhook_ranks_by_time_to_ready_and_says_so_on_the_pod():
+    policy = BalancerPolicy()
+    slow_pulls = replace(policy, descheduler=replace(policy.descheduler, image_pull_bytes_per_second=30e6))
+    costs = startup_costs(slow_pulls)
+    view = ClusterView({"cool-empty": NodeFacts("cool-empty", allocatable={GPU: 8}),
+                        "warm-cached": NodeFacts("warm-cached", allocatable={GPU: 8},
+                                                 images={normal_image(IMAGE): 15 * GB})}, taken_at=NOW)
+    index = index_fleet(fleet(node("cool-empty", util=5), node("warm-cached", tier=Tier.WARM, util=60)))
+    pod = gpu_pod(**{"containers": [{"name": "s", "image": IMAGE, "resources": {"limits": {GPU: "1"}}}]})
+
+    def advice(startup):
+        ledger = SteeringLedger(60)
+        ledger.prepare(index, view)
+        decision = decide(decode_review(json.dumps(review(pod)).encode()), index=index, telemetry_time=NOW,
+                          snapshot_age_seconds=1, ledger=ledger, policy=slow_pulls.placement, now=NOW, startup=startup)
+        return apply_response(pod, decision.review)["metadata"]["annotations"]["gpu-balancer.io/advice"]
+
+    timed = advice(costs)
+    assert timed.startswith("preferred warm-cached(100),cool-empty(")
+    assert "ready warm-cached ~30 s (image cached), cool-empty ~530 s (pull 15.0 GB)" in timed, timed
+    assert advice(None).startswith("preferred cool-empty(100)"), "without costs: headroom alone"
+    assert startup_costs(BalancerPolicy(placement=PlacementPolicy(ready_horizon_seconds=0))) is None

@@ -4,7 +4,8 @@ and a mix of pods, most of them advised — against a raw-ASGI null webhook on t
 Three servers, uvicorn over TLS in a process each: a raw ASGI app that decodes the review and
 echoes an allowed answer (the floor), the same as a FastAPI route, and the real webhook (child
 reader, cache, ledger) with a cluster view of the synthetic fleet: three pools (one tainted),
-node labels, GPUs held by the pods the telemetry shows. The client is wrk cycling through the
+node labels, GPUs held by the pods the telemetry shows, images listed (`node_images`, so the
+time-to-ready ranking runs). The client is wrk cycling through the
 mix below at N connections. Bookings are settled at each refresh (`settleSeconds: 0`) so the
 fleet does not fill during the run: a real fleet admits tens of pods a second, not thousands.
 The share of answers that carried node advice is read from the webhook's own /metrics.
@@ -69,6 +70,15 @@ def pod_mix() -> list[dict]:
     return pods
 
 
+def node_images(index: int) -> list[dict]:
+    """What a serving node's kubelet lists (an assumption, written before measuring): the images
+    of two chat and one embedding Deployment, as replicas left them, among 20 images of 10 GB, so
+    that the time-to-ready ranking runs for every GPU pod of the mix."""
+    held = [f"chat-{index % 8}", f"chat-{(index + 3) % 8}", f"embed-{index % 3}"]
+    held += [f"old-{index % 50 + k}" for k in range(20 - len(held))]
+    return [{"names": [f"registry.example/{name}:1"], "sizeBytes": 10 * 10**9} for name in held]
+
+
 def review(uid: int, pod: dict) -> dict:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": f"uid-{uid}", "kind": {"group": "", "version": "v1", "kind": "Pod"},
@@ -97,7 +107,8 @@ class FixedClusterView:
             taints = [{"key": "reserved", "value": "batch", "effect": "NoSchedule"}] if pool == "reserved" else []
             facts[name] = node_facts({"metadata": {"name": name, "labels": {
                 "kubernetes.io/hostname": name, "pool": pool, "nvidia.com/gpu.clique": f"clique-{i // 4}"}},
-                "spec": {"taints": taints}, "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96"}}}, policy)
+                "spec": {"taints": taints}, "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96"},
+                                                       "images": node_images(i)}}, policy)
         self.view = ClusterView(facts, {n: {"nvidia.com/gpu": c} for n, c in held.items()}, frozenset(),
                                 datetime.now(timezone.utc), EMPTY_BOOK)
         self.live_claims = EMPTY_BOOK

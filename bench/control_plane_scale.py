@@ -127,6 +127,8 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--admissions", type=int, default=1000)
     args = parser.parse_args()
+    if args.nodes < EXPORTERS:
+        parser.error(f"--nodes: at least {EXPORTERS} (the fleet is served by {EXPORTERS} exporters)")
     os.environ.setdefault("MALLOC_ARENA_MAX", "2")  # as the image runs the webhook (Dockerfile)
     names = node_names(args.nodes, args.gpus)
     with tempfile.TemporaryDirectory() as tmp:

@@ -26,7 +26,7 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
 
 from scoring import dcgm  # noqa: E402
-from scoring.policy import REPLICA_SPREADS, BalancerPolicy, _camel  # noqa: E402
+from scoring.policy import REPLICA_SPREADS, BalancerPolicy, camel_case  # noqa: E402
 
 CHART = REPOSITORY / "charts" / "gpu-balancer"
 SCHEMA = CHART / "values.schema.json"
@@ -76,7 +76,7 @@ def schema_of(kind, path: str = "") -> dict:
         hints, docs = typing.get_type_hints(kind), _field_docs(kind)
         properties = {}
         for f in dataclasses.fields(kind):
-            key = _camel(f.name)
+            key = camel_case(f.name)
             where = f"{path}.{key}" if path else key
             if where in SET_BY_CHART:
                 continue
@@ -101,7 +101,7 @@ def schema_of(kind, path: str = "") -> dict:
 
 def _default_text(value) -> str:
     if dataclasses.is_dataclass(value):
-        value = {_camel(f.name): getattr(value, f.name) for f in dataclasses.fields(value)}
+        value = {camel_case(f.name): getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
         return "[" + ", ".join(getattr(item, "name", "") or "{...}" for item in value) + "]  (scoring/policy.py)"
     if isinstance(value, tuple):
@@ -118,14 +118,14 @@ def values_block() -> str:
              "policy:"]
     hints = typing.get_type_hints(BalancerPolicy)
     for section in dataclasses.fields(BalancerPolicy):
-        key = _camel(section.name)
+        key = camel_case(section.name)
         if key in SET_BY_CHART:
             continue
         kind = hints[section.name]
         docs, defaults = _field_docs(kind), kind()
         lines.append(f"  {key}: {{}}")
         for f in dataclasses.fields(kind):
-            name = _camel(f.name)
+            name = camel_case(f.name)
             if f"{key}.{name}" in SET_BY_CHART:
                 continue
             lines.append(f"  #   {name}: {_default_text(getattr(defaults, f.name))}")

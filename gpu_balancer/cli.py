@@ -554,6 +554,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from sim.run import compare
     from sim.scenario import load_scenario, named
 
+    if args.list:
+        print(simulator_listing())
+        return 0
     if bool(args.scenario) == bool(args.scenario_file):
         raise UsageError("give exactly one of --scenario and --scenario-file")
     try:
@@ -562,6 +565,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise UsageError(str(error.args[0])) from None
     except PolicyError as error:
         raise UsageError(f"scenario {args.scenario_file}: {error}") from None
+    scenario = _with_settings(scenario, args.set or [])
     if args.calibration:
         scenario = replace(scenario, contention=replace(scenario.contention, scale=_calibrated_scale(args.calibration)))
     scenario = _with_contention_scale(scenario, args.contention_scale)
@@ -588,6 +592,34 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.report:
         _write_report(args.report, scenario, {args.seed: results})
     return 0
+
+
+def _with_settings(scenario, settings: list[str]):
+    """The scenario with each `--set KEY=VALUE` applied in order, or UsageError naming the field."""
+    from sim.scenario import overridden
+
+    for setting in settings:
+        key, equals, value = setting.partition("=")
+        if not equals or not key:
+            raise UsageError(f"--set {setting}: give KEY=VALUE, KEY a dotted camelCase field (contention.scale)")
+        try:
+            scenario = overridden(scenario, key.strip(), value)
+        except PolicyError as error:
+            raise UsageError(f"--set {error}") from None
+    return scenario
+
+
+def simulator_listing() -> str:
+    """The built-in scenarios and the policies, a line each (`simulate --list`)."""
+    from sim.policies import POLICY_ABOUT
+    from sim.scenario import ABOUT, BUILT_IN
+
+    width = max(map(len, [*BUILT_IN, *POLICY_ABOUT])) + 2
+    lines = ["scenarios (--scenario NAME):"]
+    lines += [f"  {name:{width}s}{ABOUT.get(name, '')}" for name in BUILT_IN]
+    lines += ["", "policies (each scenario compares those of its world):"]
+    lines += [f"  {name:{width}s}{about}" for name, about in POLICY_ABOUT.items()]
+    return "\n".join(lines)
 
 
 def _scheduler_profile(path: str):
@@ -921,6 +953,11 @@ def _add_simulator_commands(commands) -> None:
     """simulate, explain, calibrate, serving-curve and demo."""
     simulate = commands.add_parser("simulate", help="compare placement policies on a simulated GPU cluster")
     simulate.add_argument("--scenario", help=f"built-in scenario: {_built_in_scenarios()}")
+    simulate.add_argument("--list", action="store_true", help="print the built-in scenarios and the policies, a line "
+                          "each, and exit")
+    simulate.add_argument("--set", action="append", metavar="KEY=VALUE",
+                          help="set a scenario field by its dotted camelCase path (repeatable), e.g. "
+                               "contention.scale=0 or serving.model=Mistral-7B; checked as in a scenario file")
     simulate.add_argument("--scenario-file", help="YAML scenario (see README)")
     seed = simulate.add_mutually_exclusive_group()
     seed.add_argument("--seed", type=count(0, 2**32 - 1), default=11)

@@ -526,7 +526,7 @@ def _require(condition: bool, path: str, message: str) -> None:
         raise PolicyError(f"{path}: {message}")
 
 
-def _camel(name: str) -> str:
+def camel_case(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
@@ -538,7 +538,7 @@ def decode_fields(kind: Any, value: Any, path: str) -> Any:
         if not isinstance(value, dict):
             raise PolicyError(f"{where}: expected a mapping, got {type(value).__name__}")
         hints = typing.get_type_hints(kind)
-        by_key = {_camel(f.name): f for f in dataclasses.fields(kind)}
+        by_key = {camel_case(f.name): f for f in dataclasses.fields(kind)}
         unknown = sorted(set(value) - set(by_key))
         if unknown:
             raise PolicyError(f"{path + '.' if path else ''}{unknown[0]}: unknown field "

@@ -623,7 +623,24 @@ def make_policy(name: str, seed: int, balancer: BalancerPolicy | None = None):
     rng = random.Random(seed * 7 + 3)
     if balancer is not None and name in ("gpu-balancer", SERVING_POLICY):
         return (GpuBalancer if name == "gpu-balancer" else GpuBalancerServing)(rng, balancer)
-    return {"stock": Stock, "stock-gpu-scored": StockGpuScored, "lownodeutilization": LowNodeUtilization,
-            "spread": Spread, LowNodeUtilizationActual.name: LowNodeUtilizationActual, LoadAware.name: LoadAware,
-            "gpu-balancer": GpuBalancer, SERVING_POLICY: GpuBalancerServing, "oracle": Oracle,
-            CoolestNode.name: CoolestNode}[name](rng)
+    return POLICY_CLASSES[name](rng)
+
+
+POLICY_CLASSES = {"stock": Stock, "stock-gpu-scored": StockGpuScored, "lownodeutilization": LowNodeUtilization,
+                  "spread": Spread, LowNodeUtilizationActual.name: LowNodeUtilizationActual, LoadAware.name: LoadAware,
+                  "gpu-balancer": GpuBalancer, SERVING_POLICY: GpuBalancerServing, "oracle": Oracle,
+                  CoolestNode.name: CoolestNode}
+"""Every policy by its name: the one registry the runs and `simulate --list` read."""
+POLICY_ABOUT = {
+    "stock": "kube-scheduler's default profile: GPUs filtered on, never scored",
+    "stock-gpu-scored": "stock, with NodeResourcesFit also scoring nvidia.com/gpu (LeastAllocated)",
+    "lownodeutilization": "stock plus the descheduler's LowNodeUtilization on allocation",
+    "spread": "stock plus a hostname topology spread on every inference Deployment",
+    "lownodeutilization-actual": "stock plus LowNodeUtilization on the GPU utilisation Prometheus reports",
+    "load-aware": "scheduler-plugins' Trimaran TargetLoadPacking on mean GPU utilisation",
+    "gpu-balancer": "this product: the real webhook's advice and the real descheduler's plan",
+    SERVING_POLICY: "gpu-balancer also reading the replicas' serving series",
+    "oracle": "queue-law world's reference: each pod on the feasible node that stays coolest",
+    "coolest-node": "serving world's reference: each pod on the node with the least true load",
+}
+"""One line on each policy, for `simulate --list`."""

@@ -6,11 +6,14 @@ fleet"); `load_scenario` decodes and validates it with the policy loader's rules
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import yaml
 
-from scoring.policy import PolicyError, decode_fields, yaml_problem
+from scoring.policy import PolicyError, camel_case, decode_fields, yaml_problem
 from sim.scheduler_profile import DEFAULT_PROFILE, Profile
 
 
@@ -273,6 +276,20 @@ BUILT_IN = {
 }
 
 
+ABOUT = {
+    "skewed-inference": "queue-law world: inference services of skewed demand on 32 H100 nodes",
+    "burst": "queue-law world: 200 replicas arrive at once after an hour",
+    "training-mix": "queue-law world: inference beside 1.5 training jobs an hour",
+    "mixed-pools": "queue-law world: H100, L4, a tainted reserved pool and MIG slices",
+    "latency-sensitivity": "queue-law world: half the services latency-sensitive, no bursts",
+    "llm-fleet": "serving world: Llama-3.1-8B replicas on 32 H100 nodes for two hours",
+    "llm-training-mix": "serving world: llm-fleet's replicas beside training jobs",
+    "llm-shared-gpus": "serving world: llm-fleet's traffic on GPUs time-sliced in two",
+    "node-failure": "queue-law world: three nodes fail for an hour, 90 minutes in",
+}
+"""One line on each built-in scenario, for `simulate --list`."""
+
+
 def load_scenario(text: str) -> Scenario:
     try:
         document = yaml.safe_load(text)
@@ -286,7 +303,12 @@ def load_scenario(text: str) -> Scenario:
     if "scheduler" in document:  # read from a real KubeSchedulerConfiguration, where it is checked
         raise PolicyError("scheduler: give the scheduler's profile as a KubeSchedulerConfiguration file, "
                           "with simulate --scheduler-config")
-    scenario = decode_fields(Scenario, document, path="")
+    return checked(decode_fields(Scenario, document, path=""))
+
+
+def checked(scenario: Scenario) -> Scenario:
+    """The scenario, or PolicyError naming the first field that is out of range or inconsistent:
+    every check a scenario file gets, for a scenario built or overridden in code too."""
     names = [p.name for p in scenario.fleet.pool_shapes()]
     if len(set(names)) != len(names):
         raise PolicyError("fleet.pools: pool names must be unique")
@@ -401,12 +423,40 @@ def _ranges(scenario: Scenario) -> list[tuple[str, bool, str]]:
     return checks
 
 
+def overridden(scenario: Scenario, key: str, text: str) -> Scenario:
+    """The scenario with the field at the dotted camelCase path `key` (`contention.scale`,
+    `serving.model`) set to `text` read as YAML, checked as a scenario file's field is; PolicyError
+    naming the field (and what it allows) otherwise. A list is set whole, as YAML flow text."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise PolicyError(f"{key}: the value is not YAML: {yaml_problem(error)}") from None
+    return checked(_set(scenario, key.split("."), value, ""))
+
+
+def _set(node: Any, parts: list[str], value: Any, done: str) -> Any:
+    by_key = {camel_case(f.name): f for f in dataclasses.fields(node)}
+    head, path = parts[0], f"{done}.{parts[0]}" if done else parts[0]
+    if head not in by_key:
+        raise PolicyError(f"{path}: unknown field (known: {', '.join(sorted(by_key))})")
+    chosen = by_key[head]
+    kind = typing.get_type_hints(type(node))[chosen.name]
+    if len(parts) == 1:
+        return replace(node, **{chosen.name: decode_fields(kind, value, path)})
+    child = getattr(node, chosen.name)
+    if child is None:  # an optional section not set yet: its defaults, then the field
+        child = next(arg for arg in typing.get_args(kind) if arg is not type(None))()
+    if not dataclasses.is_dataclass(child):
+        raise PolicyError(f"{path}: has no fields to set ({'.'.join(parts[1:])} given)")
+    return replace(node, **{chosen.name: _set(child, parts[1:], value, path)})
+
+
 def named(name: str) -> Scenario:
     if name not in BUILT_IN:
         raise KeyError(f"unknown scenario {name!r}; built in: {', '.join(BUILT_IN)}")
     return BUILT_IN[name]
 
 
-__all__ = ["BUILT_IN", "ContentionShape", "Events", "ServingShape", "FleetShape", "InferenceShape", "PoolShape", "PoolShare", "Scenario", "TaintShape",
-           "TrainingShape", "load_scenario",
+__all__ = ["ABOUT", "BUILT_IN", "ContentionShape", "Events", "ServingShape", "FleetShape", "InferenceShape", "PoolShape", "PoolShare", "Scenario", "TaintShape",
+           "TrainingShape", "checked", "load_scenario", "overridden",
            "named", "replace"]

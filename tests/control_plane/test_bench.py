@@ -15,4 +15,4 @@ def test_control_plane_the_scale_bench_runs_at_a_tiny_size():
         build_binaries()
     except ControlPlaneUnavailable as error:
         _unavailable(str(error))  # skipped on a developer's machine, a failure under CI
-    run_bench("control_plane_scale.py", ["--nodes", "4", "--gpus", "2", "--admissions", "5"])
+    run_bench("control_plane_scale.py", ["--nodes", "20", "--gpus", "2", "--admissions", "5"])  # 2 nodes per exporter

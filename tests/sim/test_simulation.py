@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from sim.engine import bind, build_world, measure, service_pod, step_workloads
-from sim.policies import POLICIES, make_policy
+from sim.policies import POLICIES, make_policy, policies_for
 from sim.run import compare, run_policy, weighted_quantile
 from sim.scenario import BUILT_IN, FleetShape, InferenceShape, load_scenario, named
 
@@ -224,3 +224,35 @@ def test_on_the_held_out_mixed_fleet_a_packed_training_job_does_not_saturate_ser
     assert balanced["p99_latency_ms"] <= stock["p99_latency_ms"], (balanced, stock)
     assert balanced["node_util_cov"] < stock["node_util_cov"]
     assert balanced["training_jobs_in_one_clique"] > stock["training_jobs_in_one_clique"]
+
+
+def test_simulate_lists_every_scenario_and_policy_with_a_line_on_each():
+    from sim.policies import POLICY_ABOUT, POLICY_CLASSES
+
+    assert set(POLICY_ABOUT) == set(POLICY_CLASSES)
+    done = cli("simulate", "--list")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for name in (*BUILT_IN, *POLICY_CLASSES):
+        (line,) = [line for line in lines if line.split()[:1] == [name]]
+        assert len(line.split(maxsplit=1)) == 2, f"{name} has no description"
+
+
+def test_simulate_set_overrides_a_field_by_its_path_and_names_a_bad_one():
+    from sim.scenario import named, overridden
+
+    scenario = overridden(overridden(named("llm-fleet"), "contention.scale", "0"), "serving.model", "Mistral-7B")
+    assert scenario.contention.scale == 0.0 and scenario.serving.model == "Mistral-7B"
+    assert overridden(named("burst"), "fleet.nodes", "4").fleet.nodes == 4
+    done = cli("simulate", "--scenario", "llm-fleet", "--set", "hours=0.05", "--set", "contention.scale=0",
+               "--output", "json")
+    assert done.returncode == 0, done.stderr
+    assert set(json.loads(done.stdout)["results"]) == set(policies_for(named("llm-fleet")))
+    for setting, says in (("contention.scal=1", "contention.scal: unknown field (known: "),
+                          ("contention.scale=99", "contention.scale: out of range (allowed: 0 to 10)"),
+                          ("hours=soon", "hours: expected a number"),
+                          ("serving.model=GPT-9", "serving.model: unknown model 'GPT-9'"),
+                          ("hours", "give KEY=VALUE")):
+        refused = cli("simulate", "--scenario", "llm-fleet", "--set", setting)
+        assert refused.returncode == 2 and says in refused.stderr, (setting, refused.stderr)
+        assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1

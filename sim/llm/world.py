@@ -229,14 +229,40 @@ class _Rows:
 def measure(world: World):
     """Traffic to ready replicas, their requests' latency into the tally, the exporters' readings
     into `world.gpu_util` / `gpu_readings` / `serving` / `history`; the tick's true work per node."""
-
-    sv, dt = world.scenario.serving, world.scenario.tick_seconds
     up = [name for name in world.nodes if name not in world.down]
     by_node: dict[str, list[SimPod]] = defaultdict(list)
     for pod in world.pods.values():
         if pod.node is not None:
             by_node[pod.node].append(pod)
     profiles = {name: profile_of(world, name) for name in up}
+    _route_traffic(world, profiles)
+    slowdown, pcie, power_excess, sharing = _node_slowdowns(world, {n: by_node.get(n, []) for n in up})
+    even = _even_slowdowns(world, slowdown, up)
+    rows = _Rows()
+    per_gpu: dict[str, dict[int, tuple[float, str | None] | None]] = defaultdict(dict)
+    readings: dict[str, dict[int, GpuReport]] = defaultdict(dict)
+    serving: dict[str, ServingState] = {}
+    work: dict[str, float] = {}
+    noise = np.random.default_rng([world.seed, world.tick])
+    for name in up:
+        gpu = gpu_of_node(world, name)
+        units, busy_units = _node_units(world, name, by_node.get(name, ()), profiles[name], gpu,
+                                        (slowdown, pcie, sharing, even), rows)
+        per_gpu[name], readings[name] = _scrape(world, gpu, units, noise, power_excess[name])
+        work[name] = 100 * busy_units / world.units[name]
+    _serve(world, rows, profiles, serving, world.scenario.tick_seconds)
+    _serve_lost(world, profiles)
+    world.history.append({n: _mean_reported(per_gpu[n]) for n in up})
+    world.gpu_util.append(dict(per_gpu))
+    world.gpu_readings.append(dict(readings))
+    world.serving.append(serving)
+    return TickSample(work, len(world.pending()), [], [])
+
+
+def _route_traffic(world: World, profiles: dict) -> None:
+    """Each service's demand shared by its ready replicas (`pod.load`); a service with none
+    waits a tick at least, tallied flat (a lower bound)."""
+    dt = world.scenario.tick_seconds
     by_service: dict[str, list[SimPod]] = defaultdict(list)
     for pod in world.pods.values():
         if pod.service is not None:
@@ -249,70 +275,68 @@ def measure(world: World):
         for pod in ready:
             pod.load = demand / len(ready)
         if not ready and demand > 0:
-            # No replica serves: the service's requests wait a tick at least (a lower bound).
             rate = demand * _any_profile(world, service, profiles).saturation_rps
             _tally_flat(world, rate * dt, dt * 1000)
-    slowdown, pcie, power_excess, sharing = _node_slowdowns(world, {n: by_node.get(n, []) for n in up})
-    even = _even_slowdowns(world, slowdown, up)
-    rows = _Rows()
-    per_gpu: dict[str, dict[int, tuple[float, str | None] | None]] = defaultdict(dict)
-    readings: dict[str, dict[int, GpuReport]] = defaultdict(dict)
-    serving: dict[str, ServingState] = {}
-    work: dict[str, float] = {}
-    noise = np.random.default_rng([world.seed, world.tick])
-    for name in up:
-        prof, gpu = profiles[name], gpu_of_node(world, name)
-        tdp, shares = tdp_w(gpu), shares_of(world, name)
-        preallocated = GPU_MEMORY_UTILIZATION / shares * gpu.memory_bytes / MIB
-        busy_units, index, units = 0.0, 0, []
-        for pod in by_node.get(name, ()):
-            count = gpu_count(pod)
-            key = pod_key(pod.obj)
-            if pod.training_job is not None:
-                util, fb, watts = TRAINING_UTIL, 0.8 * gpu.memory_bytes / MIB, tdp * TRAINING_POWER_SHARE
-                dram, tensor, occupancy = TRAINING_ACTIVITY
-                busy_units += count
-            elif not is_ready(world, pod):
-                util, fb, watts = 0.0, preallocated, tdp * IDLE_SHARE
-                dram = tensor = occupancy = 0.0
-            else:
-                s = slowdown[name] + pcie.get((name, index), 0.0) + sharing.get(key, 0.0)
-                rows.pods.append(pod)
-                rows.nodes.append(name)
-                rows.load.append(pod.load)
-                rows.slowdown.append(s)
-                rows.even.append(even[name])
-                lower, share = prof.weights(np.asarray([pod.load * s]))
-                util = 100 * float(prof.mix_of(prof.busy, lower, share)[0])
-                dram = float(prof.mix_of(prof.dram_active, lower, share)[0])
-                tensor = float(prof.mix_of(prof.tensor_active, lower, share)[0])
-                occupancy = float(prof.mix_of(prof.sm_occupancy, lower, share)[0])
-                world.llm.activity[key] = (dram, tensor, util / 100)
-                fb, watts = preallocated, power_w(tdp, dram, tensor)
-                busy_units += min(1.0, pod.load * s) * count
-            units += [_Unit(util, fb, watts, occupancy, tensor, dram, key, pod.training_job is not None)] * count
-            index += count
-        units += [_Unit(0.0, IDLE_FB_MIB / shares, tdp * IDLE_SHARE, 0.0, 0.0, 0.0, None, False)] * (
-            world.units[name] - index)
-        if shares > 1:
-            units = _as_shared(units, world.units[name] // shares, tdp)
-        reports: dict[int, GpuReport] = {}  # a pod's units (and the spares) share one _Unit: one report each
-        for index, unit in enumerate(units):
-            per_gpu[name][index] = None if noise.random() < sv.missing_scrape_share else (
-                float(np.clip(unit.util + noise.normal(0, sv.util_noise_percent) if unit.util else 0.0, 0, 100)),
-                unit.key)
-            if (report := reports.get(id(unit))) is None:
-                report = reports[id(unit)] = gpu_report(gpu, unit.fb, unit.watts, unit.util / 100, unit.occupancy,
-                                                        unit.tensor, unit.dram, power_excess[name])
-            readings[name][index] = report
-        work[name] = 100 * busy_units / world.units[name]
-    _serve(world, rows, profiles, serving, dt)
-    _serve_lost(world, profiles)
-    world.history.append({n: _mean_reported(per_gpu[n]) for n in up})
-    world.gpu_util.append(dict(per_gpu))
-    world.gpu_readings.append(dict(readings))
-    world.serving.append(serving)
-    return TickSample(work, len(world.pending()), [], [])
+
+
+def _node_units(world: World, name: str, pods, prof, gpu, slowdowns: tuple, rows: _Rows) -> tuple[list, float]:
+    """What each schedulable unit of the node shows before the exporter's noise, and the node's
+    busy units; each serving replica's row joins `rows` for `_serve`."""
+    slowdown, pcie, sharing, even = slowdowns
+    tdp, shares = tdp_w(gpu), shares_of(world, name)
+    preallocated = GPU_MEMORY_UTILIZATION / shares * gpu.memory_bytes / MIB
+    busy_units, index, units = 0.0, 0, []
+    for pod in pods:
+        count = gpu_count(pod)
+        key = pod_key(pod.obj)
+        if pod.training_job is not None:
+            util, fb, watts = TRAINING_UTIL, 0.8 * gpu.memory_bytes / MIB, tdp * TRAINING_POWER_SHARE
+            dram, tensor, occupancy = TRAINING_ACTIVITY
+            busy_units += count
+        elif not is_ready(world, pod):
+            util, fb, watts = 0.0, preallocated, tdp * IDLE_SHARE
+            dram = tensor = occupancy = 0.0
+        else:
+            s = slowdown[name] + pcie.get((name, index), 0.0) + sharing.get(key, 0.0)
+            rows.pods.append(pod)
+            rows.nodes.append(name)
+            rows.load.append(pod.load)
+            rows.slowdown.append(s)
+            rows.even.append(even[name])
+            lower, share = prof.weights(np.asarray([pod.load * s]))
+            util = 100 * float(prof.mix_of(prof.busy, lower, share)[0])
+            dram = float(prof.mix_of(prof.dram_active, lower, share)[0])
+            tensor = float(prof.mix_of(prof.tensor_active, lower, share)[0])
+            occupancy = float(prof.mix_of(prof.sm_occupancy, lower, share)[0])
+            world.llm.activity[key] = (dram, tensor, util / 100)
+            fb, watts = preallocated, power_w(tdp, dram, tensor)
+            busy_units += min(1.0, pod.load * s) * count
+        units += [_Unit(util, fb, watts, occupancy, tensor, dram, key, pod.training_job is not None)] * count
+        index += count
+    units += [_Unit(0.0, IDLE_FB_MIB / shares, tdp * IDLE_SHARE, 0.0, 0.0, 0.0, None, False)] * (
+        world.units[name] - index)
+    if shares > 1:
+        units = _as_shared(units, world.units[name] // shares, tdp)
+    return units, busy_units
+
+
+def _scrape(world: World, gpu, units: list, noise: np.random.Generator, power_excess: float
+            ) -> tuple[dict[int, tuple[float, str | None] | None], dict[int, GpuReport]]:
+    """One node's exporter readings: per unit, GPU_UTIL with its noise (None: a missed scrape)
+    and the pod it names; per unit, the GPU's report (a pod's units, and the spares, share one)."""
+    sv = world.scenario.serving
+    per_gpu: dict[int, tuple[float, str | None] | None] = {}
+    readings: dict[int, GpuReport] = {}
+    reports: dict[int, GpuReport] = {}
+    for index, unit in enumerate(units):
+        per_gpu[index] = None if noise.random() < sv.missing_scrape_share else (
+            float(np.clip(unit.util + noise.normal(0, sv.util_noise_percent) if unit.util else 0.0, 0, 100)),
+            unit.key)
+        if (report := reports.get(id(unit))) is None:
+            report = reports[id(unit)] = gpu_report(gpu, unit.fb, unit.watts, unit.util / 100, unit.occupancy,
+                                                    unit.tensor, unit.dram, power_excess)
+        readings[index] = report
+    return per_gpu, readings
 
 
 class _Unit(NamedTuple):

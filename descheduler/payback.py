@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from scoring.images import IMAGE_BYTES_ANNOTATION, MODEL_BYTES_ANNOTATION, annotated_bytes
 from scoring.policy import DeschedulerPolicy
+from scoring.readiness import PodStartup, StartupCosts, time_to_ready
 from scoring.serving import ServingReplica
 
 
@@ -46,8 +47,10 @@ def restart_seconds(annotations: Mapping[str, str], policy: DeschedulerPolicy) -
     image, model = annotated_bytes(annotations, IMAGE_BYTES_ANNOTATION), annotated_bytes(annotations, MODEL_BYTES_ANNOTATION)
     if image is None and model is None:
         return policy.restart_cost_seconds
-    return ((image or 0.0) / policy.image_pull_bytes_per_second + (model or 0.0) / policy.weight_load_bytes_per_second
-            + policy.startup_seconds)
+    # A pull everywhere: the destination's images are not weighed here (yet).
+    startup = PodStartup((("image", image),) if image else (), model or 0.0)
+    costs = StartupCosts(policy.image_pull_bytes_per_second, policy.weight_load_bytes_per_second, policy.startup_seconds)
+    return time_to_ready(startup, {}, costs).seconds
 
 
 def recovered_share(source_util: float, destination_util: float, replica: ServingReplica | None) -> float:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from scoring.feasibility import NodeFacts
 from scoring.images import IMAGE_BYTES_ANNOTATION, MODEL_BYTES_ANNOTATION, annotated_bytes, pod_images
 from scoring.objects import as_dict
-from scoring.policy import BalancerPolicy, DeschedulerPolicy
+from scoring.policy import BalancerPolicy, DeschedulerPolicy, PlacementPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,9 +28,8 @@ class StartupCosts:
     startup_seconds: float = DeschedulerPolicy.startup_seconds
     unknown_image_bytes: float = 10e9
     """An image no node lists and the pod does not size: vLLM's serving image is ~10 GB (assumption)."""
-    horizon_seconds: float = 600.0
-    """The span a placement is judged over: the descheduler's 10-minute window, after which a bad
-    placement is the descheduler's to mend (assumption)."""
+    horizon_seconds: float = PlacementPolicy.ready_horizon_seconds
+    """The span a placement is judged over (`placement.readyHorizonSeconds`)."""
 
 
 @dataclass(frozen=True, slots=True)

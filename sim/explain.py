@@ -16,6 +16,7 @@ from scoring.claims import PodClaims, class_of, devices_from_objects, pod_claims
 from scoring.policy import BalancerPolicy, PlacementPolicy
 from scoring.readiness import pod_startup, startup_costs, time_to_ready
 from scoring.telemetry import ClusterSnapshot
+from scoring.view import ClusterView
 from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
 from sim.cluster_context import NO_CONTEXT, ClusterContext
 from sim.framework import NodeVerdict
@@ -99,7 +100,8 @@ def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | No
     With a snapshot, the same after the webhook's advice (`advised`), and the advice itself. A
     pod that names ResourceClaims gets `claims`: how they were read (GPU devices counted, `All`,
     `firstAvailable`, allocated, not found)."""
-    ready = _time_to_ready(pod, nodes, now, policy)
+    view = view_of(nodes, now, context.claims)
+    ready = _time_to_ready(pod, view, policy)
     result = _shape(evaluate(pod, nodes, context=context), ready)
     result["profile"] = context.profile.describe()
     if (claims := pod_claims(pod, context.claims, context.placement)) is not None:
@@ -111,7 +113,7 @@ def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | No
     # The webhook's cluster view, from the same file: advice names only nodes the pod can use.
     ledger = SteeringLedger(policy.placement.settle_seconds)
     if index is not None:
-        ledger.prepare(index, view_of(nodes, now, context.claims))
+        ledger.prepare(index, view)
     decision = decide(decode_review(json.dumps(pod_review(pod, uid="explain")).encode()), index=index,
                       telemetry_time=snapshot.newest_sample_at, snapshot_age_seconds=snapshot.age_seconds(now),
                       ledger=ledger, policy=policy.placement, now=now, claims=context.claims,
@@ -122,12 +124,11 @@ def explain(pod: dict, nodes: list[NodeState], *, snapshot: ClusterSnapshot | No
     return result
 
 
-def _time_to_ready(pod: dict, nodes: list[NodeState], now: datetime, policy: BalancerPolicy) -> dict[str, str]:
+def _time_to_ready(pod: dict, view: ClusterView, policy: BalancerPolicy) -> dict[str, str]:
     """Each node's estimated time to ready for the pod, as the advice weighs it (none where the
     policy turns it off)."""
     if (costs := startup_costs(policy)) is None:
         return {}
-    view = view_of(nodes, now)
     startup = pod_startup(pod, view.image_sizes, costs)
     return {name: time_to_ready(startup, facts.images, costs).describe() for name, facts in view.nodes.items()}
 

@@ -6,6 +6,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gpu_balancer gpu_balancer
 COPY scoring scoring
+COPY calibration calibration
 COPY webhook webhook
 COPY descheduler descheduler
 COPY certs certs

@@ -15,7 +15,7 @@ from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scoring.calibration import calibrate  # noqa: E402
+from calibration.estimate import calibrate  # noqa: E402
 from sim.calibration_series import channels_of, frames_of, simulated_world  # noqa: E402
 from sim.scenario import named  # noqa: E402
 from sim.seeds import parse_seeds  # noqa: E402

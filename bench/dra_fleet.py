@@ -24,7 +24,7 @@ BLIND = BalancerPolicy()
 BLIND = replace(BLIND, placement=replace(BLIND.placement, gpu_device_classes=()))
 VARIANTS = ("stock, DRA fleet", "gpu-balancer, device-plugin fleet", "gpu-balancer, DRA fleet",
             "gpu-balancer blind to DRA, DRA fleet")
-METRICS = ("node_util_cov", "p99_latency_ms", "hot_node_minutes", "evictions", "training_jobs_in_one_clique")
+METRICS = ("node_util_cov", "ttft_p99_ms", "slo_attainment", "evictions", "training_jobs_in_one_clique")
 
 
 def dra(scenario: Scenario) -> Scenario:

@@ -1,7 +1,7 @@
 """How much of gpu-balancer's gain survives node pools and several webhook replicas (simulator, pure).
 
 For each configuration, over seeds: the relative change against stock of node-utilisation CoV and
-of p99 latency, plus advice_feasible and advice_followed; then each configuration's mean gain as
+of TTFT p99, plus advice_feasible and advice_followed; then each configuration's mean gain as
 a share of the reference (skewed-inference, one replica) and as a share of the oracle's gain in
 the same scenario (what full knowledge of true load achieves there: pools pinned by selectors
 leave less to balance than one open pool). Usage:
@@ -38,7 +38,7 @@ def main() -> None:
         for seed in parse_seeds(args.seeds):
             result = compare(scenario, seed, ("stock", "gpu-balancer", "oracle"))
             stock, ours, oracle = (result[n].metrics for n in ("stock", "gpu-balancer", "oracle"))
-            for key, metric in (("cov", "node_util_cov"), ("p99", "p99_latency_ms")):
+            for key, metric in (("cov", "node_util_cov"), ("p99", "ttft_p99_ms")):
                 rows[key].append(100 * (ours[metric] / stock[metric] - 1))
                 rows["oracle_" + key].append(100 * (oracle[metric] / stock[metric] - 1))
             rows["feasible"].append(100 * ours.get("advice_feasible", 1.0))

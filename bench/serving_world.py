@@ -25,7 +25,7 @@ from sim.seeds import parse_seeds  # noqa: E402
 
 SHOWN = ("ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "node_util_cov", "evictions", "retried_requests_percent")
 PEERS = ("stock", "spread", "lownodeutilization-actual", "load-aware")
-OURS = ("gpu-balancer", "gpu-balancer-serving")
+OURS = ("gpu-balancer",)
 
 
 def one_run(job: tuple[str, float, int, float | None, bool]
@@ -56,7 +56,7 @@ def summarise(name: str, scale: float, by_seed: dict[int, dict[str, dict[str, fl
         get = lambda metric: [by_seed[s][policy][metric] for s in seeds]  # noqa: E731
         gaps = []
         for s in seeds:
-            stock, even = by_seed[s]["stock"]["ttft_p99_ms"], by_seed[s]["stock"]["ttft_p99_at_even_load_ms"]
+            stock, even = by_seed[s]["stock"]["ttft_p99_ms"], by_seed[s]["stock"]["ttft_p99_at_even_contention_ms"]
             if stock - even > 1e-9:
                 gaps.append((stock - by_seed[s][policy]["ttft_p99_ms"]) / (stock - even))
         lines.append(f"{policy:27s}{cell(get('ttft_p99_ms'), '{:.0f}'):>22s}{cell(get('tpot_p99_ms'), '{:.1f}'):>20s}"

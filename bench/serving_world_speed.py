@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.llm.hardware import gpu_named, model_named  # noqa: E402
 from sim.llm.profile import RequestMix, profile  # noqa: E402
-from sim.policies import SERVING_WORLD_POLICIES  # noqa: E402
+from sim.policies import POLICIES  # noqa: E402
 from sim.run import run_policy  # noqa: E402
 from sim.scenario import FleetShape, InferenceShape, named  # noqa: E402
 
@@ -27,7 +27,7 @@ TARGET_SECONDS = 120.0
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--policies", default=",".join(SERVING_WORLD_POLICIES))
+    parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--nodes", type=int, default=96, help="the target is set for 96")
     parser.add_argument("--hours", type=float, default=2.0, help="the target is set for 2")

@@ -193,7 +193,7 @@ def admission_loop(nodes: int):
     """A function running N decode + decide steps in steady state (each promise is settled by
     the next telemetry, so every admission gets full advice); it returns the last decision."""
     from webhook.admit import decide
-    from webhook.cache import assess
+    from webhook.refresh import assess
     from webhook.ledger import SteeringLedger
     from webhook.review import decode_review
 

@@ -1,7 +1,7 @@
-"""`python -m certs ARGS` is `gpu-balancer certs ARGS` (for container entrypoints)."""
+"""`python -m certs ARGS` is `gpu-balancer certs ARGS` (for container entrypoints). It replaces this
+process with the command line's rather than importing it: a package does not depend on the CLI."""
 
+import os
 import sys
 
-from gpu_balancer.cli import main
-
-sys.exit(main(["certs", *sys.argv[1:]]))
+os.execv(sys.executable, [sys.executable, "-m", "gpu_balancer", "certs", *sys.argv[1:]])

@@ -1,7 +1,7 @@
-"""`python -m descheduler ARGS` is `gpu-balancer deschedule ARGS` (for container entrypoints)."""
+"""`python -m descheduler ARGS` is `gpu-balancer deschedule ARGS` (for container entrypoints). It replaces this
+process with the command line's rather than importing it: a package does not depend on the CLI."""
 
+import os
 import sys
 
-from gpu_balancer.cli import main
-
-sys.exit(main(["deschedule", *sys.argv[1:]]))
+os.execv(sys.executable, [sys.executable, "-m", "gpu_balancer", "deschedule", *sys.argv[1:]])

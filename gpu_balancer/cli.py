@@ -277,9 +277,6 @@ def _replayed_run(args: argparse.Namespace):
         scenario = named(args.scenario)
     except KeyError as error:
         raise UsageError(str(error.args[0])) from None
-    if not scenario.llm:
-        raise UsageError(f"scenario {args.scenario!r} has no serving world (serving.model): choose one of "
-                         f"{_built_in_scenarios(llm_only=True)}")
     scenario = _with_contention_scale(scenario, args.contention_scale)
     print(f"simulating {scenario.name} (seed {args.seed}, {scenario.hours:g} h) to replay it...", file=sys.stderr,
           flush=True)
@@ -292,14 +289,14 @@ def _replayed_run(args: argparse.Namespace):
     return world, now
 
 
-def _built_in_scenarios(*, llm_only: bool = False) -> str:
+def _built_in_scenarios() -> str:
     """The built-in scenarios' names, for --help and errors; the production image has no
     simulator to name."""
     try:
         from sim.scenario import BUILT_IN
     except ImportError:
         return "none here: the simulator is not installed"
-    return ", ".join(name for name, built_in in BUILT_IN.items() if built_in.llm or not llm_only)
+    return ", ".join(name for name in BUILT_IN)
 
 
 SIMULATOR_PARTS = ("sim", "numpy", "matplotlib")
@@ -318,7 +315,7 @@ def _with_contention_scale(scenario, scale: float | None):
 
 def _add_replay_arguments(parser: argparse.ArgumentParser, serves: str) -> None:
     parser.add_argument("--scenario", help=f"serve {serves} of a simulated serving-world scenario "
-                        f"({_built_in_scenarios(llm_only=True)}) as its run goes, under the stock scheduler")
+                        f"({_built_in_scenarios()}) as its run goes, under the stock scheduler")
     parser.add_argument("--speed", type=speed_factor, default=1.0,
                         help="with --scenario: simulated seconds replayed each second (1: real time)")
     parser.add_argument("--contention-scale", type=float, metavar="X", help="with --scenario: its contention.scale")
@@ -617,7 +614,8 @@ def simulator_listing() -> str:
     width = max(map(len, [*BUILT_IN, *POLICY_ABOUT])) + 2
     lines = ["scenarios (--scenario NAME):"]
     lines += [f"  {name:{width}s}{ABOUT.get(name, '')}" for name in BUILT_IN]
-    lines += ["", "policies (each scenario compares those of its world):"]
+    lines += ["", "policies (a run compares stock, spread, lownodeutilization-actual, load-aware, gpu-balancer "
+              "and coolest-node):"]
     lines += [f"  {name:{width}s}{about}" for name, about in POLICY_ABOUT.items()]
     return "\n".join(lines)
 
@@ -754,7 +752,7 @@ def window_seconds(text: str) -> float:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     import time
 
-    from scoring.calibration import CalibrationError, calibrate, fragment
+    from calibration.estimate import CalibrationError, calibrate, fragment
 
     if bool(args.prometheus_url) == bool(args.from_simulation):
         raise UsageError("give exactly one of --prometheus-url and --from-simulation")
@@ -769,8 +767,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             raise UsageError(f"scenario {args.from_simulation}: {error}") from None
         source = f"simulated {scenario.name}, seed {args.seed}, planted scale {scenario.contention.scale:g}"
     else:
-        from scoring.calibration import Channels
-        from scoring.calibration_reader import read_frames
+        from calibration.estimate import Channels
+        from calibration.reader import read_frames
 
         policy = load_policy(None, args.prometheus_url)
         end = time.time()

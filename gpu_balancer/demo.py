@@ -19,6 +19,7 @@ import ssl
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
@@ -37,18 +38,20 @@ from gpu_balancer.backfill import backfilled_tsdb
 from gpu_balancer.local_prometheus import LocalPrometheus, PrometheusNotInstalled, ScrapeTarget, free_port
 from gpu_balancer.status_view import heat_as_table
 from scoring import dcgm
+from scoring.claims import EMPTY_BOOK
 from scoring.heat import FleetHeat, Tier, fleet_heat
 from scoring.policy import BalancerPolicy, default_policy
 from scoring.prometheus import SnapshotReader, TelemetryError, connect
 from scoring.series import series_from_families, snapshot_from_readings
 from scoring.telemetry import GpuSample
+from scoring.view import ClusterView
 from sim.dcgm_text import render_exposition
 from sim.engine import (bind, build_world, cluster_objects, delete_pod, measure, service_pod,
                         step_workloads)
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.llm.state import RequestTally
-from sim.policies import Stock, make_policy, observed_samples
-from sim.report import as_table
+from sim.policies import Stock, make_policy, observed_samples, watched_view
+from sim.report import as_table, signed
 from sim.run import compare
 from sim.scenario import FleetShape, InferenceShape, Scenario, named
 from sim.scheduler import choose, evaluate
@@ -181,7 +184,7 @@ def run_demo(*, nodes: int, gpus: int, seed: int, colour: bool, burst: int = 12,
                            staleness_limit_seconds=policy.telemetry.staleness_limit_seconds)
         print("   `gpu-balancer status` shows:\n")
         print("   " + heat_as_table(fleet, colour=colour).replace("\n", "\n   "))
-        client = stack.enter_context(_webhook(stack, policy, telemetry))
+        client = stack.enter_context(_webhook(stack, policy, telemetry, _WorldWatch(world, policy)))
         before, stock = _burst(world, fleet, client, seed, burst)
         _dry_run(world, policy, telemetry, client, stock)
     _once_they_serve(before, world, seed)
@@ -303,22 +306,43 @@ def verdict(summary: dict[str, dict[str, dict]], metric: str = "ttft_p99_ms") ->
     peers = {p: summary[p][metric]["mean"] for p in PEERS if p in summary}
     best = min(peers, key=lambda p: (peers[p], p))
     against = lambda other: (ours / peers[other] - 1) * 100  # noqa: E731
-    text = f"   TTFT p99, mean of the seeds: gpu-balancer {against('stock'):+.1f} % against stock"
+    text = f"   TTFT p99, mean of the seeds: gpu-balancer {signed(against('stock'), 1)} % against stock"
     if best != "stock":
-        text += f",\n   {against(best):+.1f} % against the best peer ({best})"
+        text += f",\n   {signed(against(best), 1)} % against the best peer ({best})"
     if against(best) > 0:
         return text + f":\n   {LOSS_WORDS} (README, \"Where gpu-balancer loses\", says why)."
     return text + "."
 
 
+class _WorldWatch:
+    """What the webhook's watch of the cluster would hold, read from the simulated world: its nodes
+    (with the images their kubelets list) and bound pods, as `ClusterWatch` offers them."""
+
+    def __init__(self, world: World, policy: BalancerPolicy) -> None:
+        self._world, self._policy = world, policy
+        self.live_claims = EMPTY_BOOK
+        self.relists: Counter = Counter()
+        """Relists by kind after an expired watch: none, nothing is watched."""
+
+    def freeze(self) -> ClusterView:
+        return watched_view(self._world, self._policy, datetime.now(timezone.utc))
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
 @contextmanager
-def _webhook(stack: ExitStack, policy: BalancerPolicy, telemetry: Telemetry) -> Iterator[httpx.Client]:
+def _webhook(stack: ExitStack, policy: BalancerPolicy, telemetry: Telemetry, cluster: _WorldWatch
+             ) -> Iterator[httpx.Client]:
     tls_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-balancer-demo-")))
     ca = issue_ca()
     paths = write_bundle(tls_dir, ca, issue_serving(ca, ["localhost"], ip_addresses=(ipaddress.ip_address("127.0.0.1"),)))
     cache = SnapshotCache(assessing(telemetry.read, policy), policy)
     port = free_port()
-    server, _ = tls_server(create_app(policy, cache), tls_cert=str(paths["tls.crt"]), tls_key=str(paths["tls.key"]),
+    server, _ = tls_server(create_app(policy, cache, cluster=cluster), tls_cert=str(paths["tls.crt"]), tls_key=str(paths["tls.key"]),
                            host="127.0.0.1", port=port, log_level="warning")
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

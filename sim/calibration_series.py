@@ -1,4 +1,4 @@
-"""What a simulated serving-world run exports, as the frames `scoring.calibration` reads — DCGM
+"""What a simulated serving-world run exports, as the frames `calibration.estimate` reads — DCGM
 power, its limit and the pod of every GPU scraped, vLLM's TPOT and TTFT means and batch per ready
 replica, each node's allocatable cores — and as OpenMetrics text with timestamps, for a real
 Prometheus to hold. Pure (runs the simulator)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
-from scoring.calibration import Channels, Frame, GpuReading, NodeFrame, ReplicaReading
+from calibration.estimate import Channels, Frame, GpuReading, NodeFrame, ReplicaReading
 from sim.world_state import World
 from sim.llm.world import gpu_of_node, tdp_w
 from sim.policies import Stock
@@ -28,8 +28,6 @@ class _Watched(Stock):
 
 def simulated_world(scenario: Scenario, seed: int) -> World:
     """The scenario's world after a run under the stock scheduler (the cluster as it is)."""
-    if not scenario.llm:
-        raise ValueError(f"scenario {scenario.name!r} has no serving world (serving.model): nothing to calibrate")
     watched = _Watched(random.Random(seed * 7 + 3))
     run_policy(scenario, "stock", seed, policy=watched)
     assert watched.world is not None  # tick 0 always places the fleet

@@ -1,21 +1,8 @@
 """The discrete-time cluster simulation: workloads, telemetry lag, scheduling, descheduling. Pure
 given its seed (no I/O); it calls the same placement and eviction code production runs.
 
-Latency model (documented in README, "Simulating your fleet"): each inference replica owns one
-GPU and serves its share of its service's traffic. Its GPU's speed drops with node-level
-contention (shared PCIe, host CPU and power budget): speed = 1 − 0.6 × max(0, node load − 0.4).
-Busy fraction ρ = load / speed; mean sojourn time W = s₀ / speed / (1 − ρ) (M/M/1, s₀ = 25 ms);
-a replica's p99 is W × ln 100, and the fleet's p99 is the request-weighted 99th percentile of
-those over all ticks. The same replicas are also timed as if every node carried the fleet's mean
-load at that tick (`even_load_latencies`): what perfect load balancing would give these pods.
-
-Latency-sensitive services (`inference.latencySensitiveShare`) have their own service time and
-feel contention `sensitiveContention` times harder in their latency only: the host-side part of
-a long prompt (tokenisation, copies) keeps the GPU waiting, not busy, so DCGM does not show it.
-Their tolerant twins may load the host too (`twinHostLoad`): that adds to the contention the
-sensitive replicas on the same node feel, and to nothing DCGM reports.
-Where the scenario says so, replicas export what a model server would: requests waiting (M/M/1:
-ρ² / (1 − ρ)) and TTFT p95 (the exponential sojourn's W × ln 20), read by the serving signal.
+Every inference replica is a continuous-batching LLM server; what a tick serves, and how fast,
+is `sim.llm.world`'s (README, "Simulating your fleet").
 """
 
 from __future__ import annotations
@@ -31,17 +18,13 @@ from scoring.claims import book_from_objects, class_of, class_resource
 from scoring.policy import OptInPolicy, PlacementPolicy
 from sim.cluster_context import ClusterContext
 from sim.llm import world as serving_world
-from sim.llm.state import ServingState
 from sim.node_state import IMAGE_SIZE_ANNOTATION, NodeState, pod_key, status_images
 from sim.plugins.dynamic_resources import claimed_devices
-from sim.scenario import PoolShape, Scenario
-from sim.world_state import BURST, Service, SimPod, TickSample, World, demand_now, gpu_count
+from sim.llm.hardware import DEFAULT_MODELS, model_named
+from sim.llm.profile import RequestMix
+from sim.scenario import DEFAULT_PRODUCT, PoolShape, Scenario, service_model, service_pool_groups
+from sim.world_state import BURST, Service, SimPod, TickSample, World, demand_now
 
-CONTENTION = 0.6
-"""Speed lost per unit of node load above `CONTENTION_FROM` (shared PCIe, host CPU, power budget)."""
-CONTENTION_FROM = 0.4
-P99_FACTOR = math.log(100)
-P95_FACTOR = math.log(20)
 NAMESPACE = "inference"
 
 
@@ -61,7 +44,7 @@ def build_world(scenario: Scenario, seed: int) -> World:
     for position, (name, pool, i) in enumerate(_pool_nodes(scenario)):
         zone = f"zone-{position % f.zones}"
         clique = f"cluster-1.{i // pool.nodes_per_clique}" if not f.pools else f"{pool.name}.{i // pool.nodes_per_clique}"
-        labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", **pool.labels, **pool.sharing_labels,
+        labels = {"nvidia.com/gpu.product": DEFAULT_PRODUCT, **pool.labels, **pool.sharing_labels, **_mig_labels(pool),
                   "kubernetes.io/hostname": name,
                   "topology.kubernetes.io/zone": zone, "nvidia.com/gpu.clique": clique}
         nodes[name] = NodeState.from_object({
@@ -94,12 +77,16 @@ def build_world(scenario: Scenario, seed: int) -> World:
             name=f"svc-{s:02d}", demand=demand, phase=rng.uniform(0, 2 * math.pi), min_replicas=minimum,
             max_replicas=max(minimum, math.ceil(demand * (1 + inf.diurnal_amplitude) * BURST / inf.max_replica_util)),
             cpu=rng.choice((4, 8, 16)),
-            memory_gib=rng.choice((32, 64, 128)), template_hash=f"{rng.getrandbits(32):08x}"[:9], pool=placement[s])
-    for s in sensitive:
-        service = services[f"svc-{s:02d}"]
-        service.service_time_ms, service.latency_contention = inf.sensitive_service_time_ms, inf.sensitive_contention
-        if twin := services.get(f"svc-{s + 1:02d}"):
-            twin.host_load = inf.twin_host_load
+            memory_gib=rng.choice((32, 64, 128)), template_hash=f"{rng.getrandbits(32):08x}"[:9], pool=placement[s],
+            mix=RequestMix(scenario.serving.prompt_tokens, scenario.serving.output_tokens, scenario.serving.length_sigma))
+    models = _service_models(scenario)
+    sensitive_mix = RequestMix(inf.sensitive_prompt_tokens, inf.sensitive_output_tokens, scenario.serving.length_sigma)
+    for s, service in enumerate(services.values()):
+        service.model = models.get(service.pool.name if service.pool else None, DEFAULT_MODELS[0])
+        if s in sensitive:
+            service.mix, service.sensitive = sensitive_mix, True
+        elif s - 1 in sensitive:
+            service.host_load = inf.twin_host_load
     for service in services.values():
         if service.pool is not None and service.pool.mig_profile:
             # A MIG instance is a slice of a GPU; its server gets a slice of the host too.
@@ -110,6 +97,17 @@ def build_world(scenario: Scenario, seed: int) -> World:
     if world.dra:
         _add_templates(world)
     return world
+
+
+def _mig_labels(pool: PoolShape) -> dict[str, str]:
+    """What GPU feature discovery labels a node of MIG instances with under the mixed strategy
+    (`nvidia.com/mig-<profile>.count`): how the serving world knows the instances' size."""
+    return {f"nvidia.com/mig-{pool.mig_profile}.count": str(pool.units_per_node)} if pool.mig_profile else {}
+
+
+def _service_models(scenario: Scenario) -> dict[str | None, str]:
+    """Pool name (None: the services pinned to none) → the model its services serve."""
+    return {pool: service_model(scenario, pools) for pool, pools in service_pool_groups(scenario).items()}
 
 
 def unit_resource(scenario: Scenario, pool: PoolShape) -> str:
@@ -169,6 +167,7 @@ def _service_pools(scenario: Scenario, seed: int) -> list[PoolShape | None]:
 def service_pod(world: World, service: Service) -> SimPod:
     service.serial += 1
     name = f"{service.name}-{service.template_hash}-{service.serial:05d}"
+    model = model_named(service.model)
     obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": NAMESPACE,
         "annotations": {IMAGE_SIZE_ANNOTATION: str(service.image_bytes)},
@@ -177,10 +176,10 @@ def service_pod(world: World, service: Service) -> SimPod:
                              "name": f"{service.name}-{service.template_hash}", "uid": service.name}]},
         "spec": {"containers": [{"name": "server", "image": f"registry.example/{service.name}:1", "resources": {
             "requests": {"cpu": str(service.cpu), "memory": f"{service.memory_gib}Gi"},
-            "limits": {service.pool.resource if service.pool else "nvidia.com/gpu": str(_gpus_per_replica(world))}}}]},
+            "limits": {service.pool.resource if service.pool else "nvidia.com/gpu": str(model.tensor_parallel)}}}]},
         "status": {"phase": "Pending"}}
-    if world.scenario.llm:  # what the replica loads before it serves, as its owner would annotate it
-        obj["metadata"]["annotations"][MODEL_BYTES_ANNOTATION] = str(int(serving_world.model_of(world).weight_bytes))
+    # What the replica loads before it serves, as its owner would annotate it.
+    obj["metadata"]["annotations"][MODEL_BYTES_ANNOTATION] = str(int(model.weight_bytes))
     if service.pool is not None:
         obj["spec"]["nodeSelector"] = dict(service.pool.labels)
         if service.pool.taints:
@@ -192,11 +191,6 @@ def service_pod(world: World, service: Service) -> SimPod:
         pod.claimed_units = 1
     world.pods[pod_key(obj)] = pod
     return pod
-
-
-def _gpus_per_replica(world: World) -> int:
-    """One, or the serving world's tensor-parallel degree."""
-    return serving_world.model_of(world).tensor_parallel if world.scenario.llm else 1
 
 
 def training_pods(world: World, job: str, workers: int, gpus: int) -> list[SimPod]:
@@ -228,7 +222,7 @@ def bind(world: World, pod: SimPod, node: str) -> None:
     pod.node = node
     pod.obj["spec"]["nodeName"] = node
     pod.obj["status"]["phase"] = "Running"
-    if world.scenario.llm and pod.service is not None:
+    if pod.service is not None:
         startup = serving_world.ready_seconds(world, pod, node)
         # The fleet at the first tick was serving before the simulated window opened.
         pod.ready_at = world.now_seconds + startup if world.tick else 0.0
@@ -298,18 +292,12 @@ def step_workloads(world: World) -> None:
         if tick % inf.autoscale_every_ticks == 0 or not existing:
             desired = min(service.max_replicas, max(service.min_replicas,
                                                     math.ceil(demand_now(world, service) / inf.target_util)))
-            for _ in range(desired - len(existing)):
-                service_pod(world, service)
-            for pod in sorted(existing, key=lambda p: -p.created_tick)[:max(0, len(existing) - desired)]:
-                delete_pod(world, pod)
+            _scale(world, service, existing, desired)
         if rng.random() < inf.rollouts_per_service_per_day / (24 * ticks_per_hour):
             service.template_hash = f"{rng.getrandbits(32):08x}"[:9]
         stale = [p for p in running if p.obj["metadata"]["labels"]["pod-template-hash"] != service.template_hash]
-        if stale and sc.llm:
+        if stale:
             _roll_when_ready(world, service, stale)
-        elif stale:  # rolling update: one surge pod in, one old pod out per tick
-            service_pod(world, service)
-            delete_pod(world, stale[0])
     ev = sc.events
     if ev.burst_pods_at_hour >= 0 and tick == int(ev.burst_pods_at_hour * ticks_per_hour):
         target = max(world.services.values(), key=lambda s: s.demand)
@@ -339,6 +327,25 @@ def step_workloads(world: World) -> None:
             del world.jobs[job]
 
 
+def _scale(world: World, service: Service, pods: list[SimPod], replicas: int) -> None:
+    """A HorizontalPodAutoscaler setting the Deployment's replicas: new pods of the current
+    template, or the ReplicaSet controller's lowest-ranked pods removed (`controller.ActivePods`:
+    unbound before bound, not ready before ready, ready for less time first, newest first). During
+    a rollout the one surge pod `maxSurge: 1` allows stays, and a scale-down takes the old
+    ReplicaSet's pods first (the Deployment scales its ReplicaSets in proportion to their sizes,
+    and the old one is the larger; all of it from the old: a simplification)."""
+    current = service.template_hash
+    rolling = any(p.obj["metadata"]["labels"]["pod-template-hash"] != current for p in pods)
+    for _ in range(replicas - len(pods)):
+        service_pod(world, service)
+    excess = len(pods) - replicas - (1 if rolling else 0)
+    ranked = sorted(pods, key=lambda p: (p.obj["metadata"]["labels"]["pod-template-hash"] == current,
+                                         p.node is not None, serving_world.is_ready(world, p), -p.ready_at,
+                                         -int(p.obj["metadata"]["name"].rsplit("-", 1)[1])))  # newest: highest serial
+    for pod in ranked[:max(0, excess)]:
+        delete_pod(world, pod)
+
+
 def _roll_when_ready(world: World, service: Service, stale: list[SimPod]) -> None:
     """A Deployment's rollout at maxSurge 1, maxUnavailable 0: an old pod goes once every pod,
     the new one among them, is ready; the next new pod comes once none is starting."""
@@ -353,8 +360,7 @@ def _roll_when_ready(world: World, service: Service, stale: list[SimPod]) -> Non
 
 def recreate(world: World, pod: SimPod) -> None:
     """An evicted or lost pod: its controller makes a new one (inference) or restarts it (training)."""
-    if world.scenario.llm:
-        serving_world.on_lost(world, pod)
+    serving_world.on_lost(world, pod)
     delete_pod(world, pod)
     if pod.service is not None:
         service_pod(world, world.services[pod.service])
@@ -368,81 +374,5 @@ def recreate(world: World, pod: SimPod) -> None:
 
 
 def measure(world: World) -> TickSample:
-    """Assign traffic to running replicas, record true utilisation, and model latency (in the
-    serving world, `sim.llm.world.measure`)."""
-    if world.scenario.llm:
-        return serving_world.measure(world)
-    for service in world.services.values():
-        running = world.running(service.name)
-        share = demand_now(world, service) / len(running) if running else 0.0
-        for pod in running:
-            pod.load = share
-    node_load: dict[str, float] = defaultdict(float)
-    per_gpu: dict[str, dict[int, tuple[float, str | None]]] = defaultdict(dict)
-    host_load: dict[str, float] = defaultdict(float)
-    for pod in world.pods.values():
-        if pod.node is None:
-            continue
-        share = min(1.0, pod.load) * gpu_count(pod) / world.units[pod.node]
-        node_load[pod.node] += share
-        if pod.service is not None and (noise := world.services[pod.service].host_load):
-            host_load[pod.node] += share * noise
-    by_node: dict[str, list[SimPod]] = defaultdict(list)
-    for pod in world.pods.values():
-        if pod.node is not None:
-            by_node[pod.node].append(pod)
-    latencies, even_load_latencies, sensitive_latencies = [], [], []
-    serving: dict[str, tuple[str, float, float]] = {}
-    exports = world.scenario.inference.serving_metrics
-    up = [name for name in world.nodes if name not in world.down]
-    even_load = sum(node_load.get(name, 0.0) for name in up) / max(1, len(up))
-    node_util = {}
-    for name in up:
-        load = node_load.get(name, 0.0)
-        speed = _speed(load)
-        busy = 0.0
-        index = 0
-        for pod in by_node.get(name, ()):
-            count = gpu_count(pod)
-            rho = min(0.99, pod.load / speed)
-            for _ in range(count):
-                per_gpu[name][index] = (rho * 100, pod_key(pod.obj))
-                index += 1
-            busy += rho * count
-            if pod.service is not None and pod.load > 0:
-                service = world.services[pod.service]
-                # Only the sensitive services feel the twins' host load.
-                felt = load + host_load.get(name, 0.0) if service.sensitive else load
-                mean_ms, busy_share = _sojourn_ms(pod.load, felt, service)
-                latencies.append((mean_ms * P99_FACTOR, pod.load))
-                even_load_latencies.append((_sojourn_ms(pod.load, even_load, service)[0] * P99_FACTOR, pod.load))
-                if service.sensitive:
-                    sensitive_latencies.append((mean_ms * P99_FACTOR, pod.load))
-                if exports:
-                    waiting = busy_share * busy_share / (1 - busy_share)
-                    serving[pod_key(pod.obj)] = ServingState(name, waiting, mean_ms * P95_FACTOR / 1000)
-        node_util[name] = 100 * busy / world.units[name]
-    world.history.append(node_util)
-    world.gpu_util.append(dict(per_gpu))
-    if exports:
-        world.serving.append(serving)
-    return TickSample(node_util, len(world.pending()), latencies, even_load_latencies, sensitive_latencies)
-
-
-def _speed(node_load: float) -> float:
-    return 1 - CONTENTION * max(0.0, node_load - CONTENTION_FROM)
-
-
-def _latency_speed(node_load: float, service: Service) -> float:
-    """The speed a request of this service sees: `_speed` itself for tolerant services."""
-    if service.latency_contention == 1.0:
-        return _speed(node_load)
-    return max(0.05, 1 - CONTENTION * service.latency_contention * max(0.0, node_load - CONTENTION_FROM))
-
-
-def _sojourn_ms(load: float, node_load: float, service: Service) -> tuple[float, float]:
-    """Mean time a request spends in the replica (M/M/1), and the busy share ρ it is served at."""
-    speed = _latency_speed(node_load, service)
-    rho = min(0.99, load / speed)
-    return service.service_time_ms / speed / (1 - rho), rho
-
+    """Route traffic to ready replicas and serve it (`sim.llm.world.measure`)."""
+    return serving_world.measure(world)

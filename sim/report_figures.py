@@ -12,12 +12,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from sim.report import LABELS, SHORT_NAMES  # noqa: E402
-from sim.run import HOT_UTIL, PolicyResult, weighted_quantile  # noqa: E402
+from sim.run import PolicyResult, weighted_quantile  # noqa: E402
+from scoring.policy import HeatPolicy  # noqa: E402
 from sim.scenario import Scenario  # noqa: E402
 
-HEADLINE = ("node_util_cov", "max_node_util", "hot_node_minutes", "p99_latency_ms")
-SERVING_HEADLINE = ("ttft_p99_ms", "ttft_p50_ms", "tpot_p99_ms", "node_util_cov")
-"""The serving world's: what users feel first, each lower-is-better like the bars' axis."""
+HEADLINE = ("ttft_p99_ms", "ttft_p50_ms", "tpot_p99_ms", "node_util_cov")
+"""What users feel first, each lower-is-better like the bars' axis."""
+HOT_UTIL = HeatPolicy().hot_util_percent
+"""The heatmap's outline: a node this busy is hot by the default policy."""
 COLOURS = {"stock": "tab:grey", "stock-gpu-scored": "tab:blue", "lownodeutilization": "tab:orange",
            "gpu-balancer": "tab:green", "gpu-balancer-serving": "tab:cyan", "oracle": "tab:purple"}
 """One colour per policy in every picture."""
@@ -91,10 +93,9 @@ def latency_tail(scenario: Scenario, seeds: list[int], by_seed: dict[int, dict[s
     axis.set_xscale("log")
     axis.set_yscale("log")
     axis.set_ylim(1e-4, 1)
-    serving = "ttft_p99_ms" in next(iter(by_seed.values()))[policies[0]].metrics
-    axis.set_xlabel("time to first token (ms)" if serving else "modelled request latency (ms)")
+    axis.set_xlabel("time to first token (ms)")
     axis.set_ylabel("share of requests slower (1 − CDF)")
-    axis.set_title(f"{scenario.name}, {seeds_text(seeds)}: {'TTFT' if serving else 'latency'} tail (dots: each policy's p99)", fontsize=10)
+    axis.set_title(f"{scenario.name}, {seeds_text(seeds)}: TTFT tail (dots: each policy's p99)", fontsize=10)
     axis.legend(fontsize=8)
     return figure
 
@@ -111,12 +112,9 @@ def per_seed_changes(by_seed: dict[int, dict[str, PolicyResult]], policy: str, m
 
 
 def headline_metrics(by_seed: dict[int, dict[str, PolicyResult]]) -> tuple[str, ...]:
-    """`SERVING_HEADLINE` in the serving world; else `HEADLINE`, and the sensitive services' p99
-    where the scenario has them."""
+    """`HEADLINE`, and the sensitive services' TTFT p99 where the scenario has them."""
     first = next(iter(next(iter(by_seed.values())).values()))
-    if "ttft_p99_ms" in first.metrics:
-        return SERVING_HEADLINE
-    return HEADLINE + (("p99_sensitive_latency_ms",) if "p99_sensitive_latency_ms" in first.metrics else ())
+    return HEADLINE + (("ttft_p99_sensitive_ms",) if "ttft_p99_sensitive_ms" in first.metrics else ())
 
 
 def headline(scenario: Scenario, seeds: list[int], by_seed: dict[int, dict[str, PolicyResult]]) -> Figure:
@@ -146,4 +144,4 @@ def headline(scenario: Scenario, seeds: list[int], by_seed: dict[int, dict[str, 
     return figure
 
 
-__all__ = ["HEADLINE", "SERVING_HEADLINE", "events_of", "headline", "headline_metrics", "heatmap", "latency_tail", "per_seed_changes", "seeds_text"]
+__all__ = ["HEADLINE", "events_of", "headline", "headline_metrics", "heatmap", "latency_tail", "per_seed_changes", "seeds_text"]

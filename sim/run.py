@@ -13,7 +13,6 @@ from sim.world_state import gpu_count
 from sim.policies import make_policy, policies_for
 from sim.scenario import Scenario
 
-HOT_UTIL = 80.0
 
 
 @dataclass
@@ -22,6 +21,7 @@ class PolicyResult:
     node_util: list[dict[str, float]] = field(repr=False)
     """Per tick, per node utilisation (for the heatmap)."""
     latencies: list[tuple[float, float]] = field(repr=False)
+    """The run's TTFT histogram: (bin's upper edge ms, requests) per non-empty bin."""
 
 
 def weighted_quantile(samples: list[tuple[float, float]], q: float) -> float:
@@ -43,10 +43,7 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
     world = build_world(scenario, seed)
     policy = policy or make_policy(policy_name, seed)
     ticks = int(scenario.hours * 3600 / scenario.tick_seconds)
-    covs, maxima, hot_ticks, pending = [], [], 0, []
-    latencies: list[tuple[float, float]] = []
-    even_load_latencies: list[tuple[float, float]] = []
-    sensitive_latencies: list[tuple[float, float]] = []
+    covs, pending = [], []
     running_pods = []
     packed_jobs: dict[str, bool] = {}
     roomy_jobs: set[str] = set()
@@ -70,12 +67,7 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
         mean = fmean(utils) if utils else 0.0
         if mean > 0:
             covs.append(pstdev(utils) / mean)
-        maxima.append(max(utils, default=0.0))
-        hot_ticks += sum(1 for u in utils if u >= HOT_UTIL)
         pending.append(sample.pending)
-        latencies.extend(sample.latencies)
-        even_load_latencies.extend(sample.even_load_latencies)
-        sensitive_latencies.extend(sample.sensitive_latencies)
         running_pods.append(sum(1 for p in world.pods.values() if p.node is not None))
         for job in world.jobs:
             workers = [p for p in world.pods.values() if p.training_job == job]
@@ -85,48 +77,28 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
         if progress:
             progress(tick)
     hours = ticks * scenario.tick_seconds / 3600
+    tally = world.llm.tally
     metrics = {
         "node_util_cov": fmean(covs) if covs else 0.0,
-        "max_node_util": fmean(maxima) if maxima else 0.0,
-        "hot_node_minutes": hot_ticks * scenario.tick_seconds / 60,
-        "p99_latency_ms": weighted_quantile(latencies, 0.99),
-        # The reference for p99: these pods' p99 had every node carried the fleet's mean load.
-        "p99_at_even_load_ms": weighted_quantile(even_load_latencies, 0.99),
+        "ttft_p99_ms": tally.ttft.quantile(0.99), "ttft_p50_ms": tally.ttft.quantile(0.5),
+        "tpot_p99_ms": tally.tpot.quantile(0.99), "e2e_p99_ms": tally.e2e.quantile(0.99),
+        "slo_attainment": tally.within_slo / tally.requests if tally.requests else 1.0,
+        # The reference: TTFT p99 had each pool's contention been even, the same traffic and queues.
+        "ttft_p99_at_even_contention_ms": tally.ttft_even.quantile(0.99),
+        "retried_requests_percent": 100 * tally.retried / tally.requests if tally.requests else 0.0,
         "evictions": float(world.evictions),
         "pending_pods": fmean(pending) if pending else 0.0,
         "evictions_per_pod_hour_percent": 100 * world.evictions / hours / max(fmean(running_pods), 1.0),
     }
-    if sensitive_latencies:
-        metrics["p99_sensitive_latency_ms"] = weighted_quantile(sensitive_latencies, 0.99)
-    if scenario.llm:
-        metrics = _serving_metrics(world, metrics)
-        latencies = world.llm.tally.ttft.samples()
+    if tally.ttft_sensitive.weights.any():
+        metrics["ttft_p99_sensitive_ms"] = tally.ttft_sensitive.quantile(0.99)
     metrics.update(policy.advice_metrics())
     metrics.update(avoidance.metrics())
     judged = [job for job in packed_jobs if job in roomy_jobs]
     if judged:
         # Only jobs for which one clique had room for every worker when they arrived count.
         metrics["training_jobs_in_one_clique"] = sum(packed_jobs[j] for j in judged) / len(judged)
-    return PolicyResult(metrics, world.history, latencies)
-
-
-SERVING_ONLY_DROPPED = ("p99_latency_ms", "p99_at_even_load_ms", "max_node_util", "hot_node_minutes")
-"""The old world's latency and heat figures, which the serving world replaces with request-level ones."""
-
-
-def _serving_metrics(world, metrics: dict[str, float]) -> dict[str, float]:
-    """The serving world's figures, of requests: TTFT, TPOT and E2E p99, SLO attainment, TTFT p99
-    had each pool's load been even, and the requests retried after evictions."""
-    tally = world.llm.tally
-    out = {k: v for k, v in metrics.items() if k not in SERVING_ONLY_DROPPED}
-    out.update({
-        "ttft_p99_ms": tally.ttft.quantile(0.99), "ttft_p50_ms": tally.ttft.quantile(0.5),
-        "tpot_p99_ms": tally.tpot.quantile(0.99), "e2e_p99_ms": tally.e2e.quantile(0.99),
-        "slo_attainment": tally.within_slo / tally.requests if tally.requests else 1.0,
-        "ttft_p99_at_even_load_ms": tally.ttft_even.quantile(0.99),
-        "retried_requests_percent": 100 * tally.retried / tally.requests if tally.requests else 0.0,
-    })
-    return out
+    return PolicyResult(metrics, world.history, tally.ttft.samples())
 
 
 def _clique_has_room(world, job: str) -> bool:

@@ -104,8 +104,10 @@ class InferenceShape:
     """Tail of the per-service demand distribution: smaller is more skewed."""
     target_util: float = 0.6
     """The autoscaler's target utilisation per replica."""
-    max_replica_util: float = 0.9
-    """Replica caps let a service's peak (diurnal high and a burst) run at this utilisation."""
+    max_replica_util: float = 0.85
+    """Replica caps let a service's peak (diurnal high and a burst) run at this utilisation: the
+    replica's queue onset (the top of `sim.llm.profile.UTILISATION_GRID`, of its saturation rate),
+    so a service at its cap is at the edge of queueing, not past it by design."""
     diurnal_amplitude: float = 0.3
     bursts_per_hour: float = 0.5
     rollouts_per_service_per_day: float = 4.0
@@ -113,19 +115,24 @@ class InferenceShape:
     pool_shares: tuple[PoolShare, ...] = ()
     """Services pinned to pools; the rest may run on any untainted whole-GPU node."""
     latency_sensitive_share: float = 0.0
-    """Share of services whose latency suffers from node contention that DCGM does not show (long
-    prompts: tokenisation on the host, PCIe copies while the GPU waits). Each is drawn with a
-    tolerant twin of equal demand, so both have the same GPU utilisation."""
-    sensitive_service_time_ms: float = 50.0
-    """Their mean service time at an idle node (prefill of long prompts)."""
-    sensitive_contention: float = 2.0
-    """How many times harder node contention slows their latency than the tolerant services'."""
+    """Share of services whose requests are short-output, long-prompt completions (code
+    completion), so their TTFT is most of what their users wait for. Each is drawn with a
+    conversational twin of equal GPU demand."""
+    sensitive_prompt_tokens: int = 1500
+    sensitive_output_tokens: int = 13
+    """Their median lengths: Azure's coding trace (Patel et al., "Splitwise", ISCA 2024: median
+    prompt 1,500 tokens, output 13)."""
     twin_host_load: float = 0.0
-    """Host-side load (CPU, PCIe) the tolerant twins put on their node per unit of GPU load, e.g.
-    batch embedding moving large inputs: it slows the sensitive services' latency and no DCGM
-    gauge shows it."""
-    serving_metrics: bool = False
-    """Replicas export their queue and latency as vLLM does (`vllm:num_requests_waiting`, TTFT)."""
+    """Host cores the conversational twins keep busy per replica, as a multiple of
+    `contention.hostCoresPerReplica`, beyond those (e.g. retrieval and embedding beside the server):
+    assumption, a knob."""
+    sensitive_service_time_ms: float = 50.0
+    sensitive_contention: float = 2.0
+    """Fields of the retired queue-law world, read and ignored (README, "Simulating your fleet")."""
+    serving_metrics: bool = True
+    """Prometheus scrapes the replicas' vLLM series (running, waiting, KV cache, TTFT): gpu-balancer
+    reads them where it does, as the shipped product does. vLLM serves them on /metrics by default;
+    false: a cluster that does not scrape them."""
     claims: str = "device-plugin"
     """How pods get their GPUs: `device-plugin` (`nvidia.com/gpu` requests) or `dra` (a
     ResourceClaimTemplate per shape, NVIDIA's DRA driver publishing every node's GPUs in a
@@ -178,11 +185,12 @@ class ContentionShape:
 
 @dataclass(frozen=True)
 class ServingShape:
-    """The honest serving world: every inference replica a continuous-batching LLM server
-    (`sim.llm`). Off (the old queue-law world) while `model` is empty."""
+    """Every inference replica a continuous-batching LLM server (`sim.llm`)."""
 
     model: str = ""
-    """A model of `sim.llm.hardware` (Llama-3.1-8B, ...); its GPU is the node's `gpu.product`."""
+    """A model of `sim.llm.hardware` (Llama-3.1-8B, ...) every service serves; its GPU is the node's
+    `gpu.product` (a MIG instance of it on a MIG pool). Empty: each service serves the first of
+    `DEFAULT_MODELS` that fits every pool it may run on (`service_model`)."""
     prompt_tokens: int = 1020
     output_tokens: int = 129
     """Median lengths: Azure's conversation trace (Patel et al., "Splitwise", ISCA 2024: median
@@ -226,19 +234,20 @@ class Scenario:
     scheduler: Profile = DEFAULT_PROFILE
     """The scheduler profile every policy's scheduler runs (`simulate --scheduler-config`)."""
 
-    @property
-    def llm(self) -> bool:
-        """Whether replicas are LLM servers (the honest serving world)."""
-        return bool(self.serving.model)
-
 
 BUILT_IN = {
+    # Every scenario runs in the serving world: each service serves the first default model that
+    # fits its GPUs (Llama-3.1-8B on whole GPUs), Azure's conversation lengths, the default
+    # traffic and autoscaler. Each scenario keeps the reason it was made for and its sizes.
+    # Skewed demand over one whole traffic cycle (6 hours) on the default 32-node H100 fleet.
     "skewed-inference": Scenario(name="skewed-inference"),
     "burst": Scenario(name="burst", hours=2.0, events=Events(burst_pods_at_hour=1.0, burst_pods=200),
                       fleet=FleetShape(nodes=48), inference=InferenceShape(services=30, mean_demand_fraction=0.3)),
     "training-mix": Scenario(name="training-mix", hours=6.0,
                              inference=InferenceShape(services=30, mean_demand_fraction=0.3),
                              training=TrainingShape(jobs_per_hour=1.5)),
+    # Pooled and tainted fleets: H100 and L4 pools serve Llama-3.1-8B (it fits an L4's 24 GB with
+    # room for its KV cache), the MIG pool's 1g.10gb instances a 1.5B model.
     "mixed-pools": Scenario(
         name="mixed-pools", fleet=FleetShape(pools=(
             PoolShape("h100", 12, 8, {"pool": "h100", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
@@ -249,15 +258,17 @@ BUILT_IN = {
                       instances_per_gpu=7))),
         inference=InferenceShape(services=40, pool_shares=(
             PoolShare("h100", 0.4), PoolShare("l4", 0.3), PoolShare("reserved", 0.1), PoolShare("mig", 0.2)))),
+    # Services that differ in what their users wait for: half are code completion (long prompts,
+    # a few output tokens: TTFT is nearly all of it), each with a conversational twin of equal GPU
+    # demand whose replicas keep twice a replica's host cores busy. No bursts: a burst saturates a
+    # service wherever it runs.
     "latency-sensitivity": Scenario(
         name="latency-sensitivity", hours=6.0,
-        # No bursts: a burst saturates a service whatever its placement, and the p99 would then
-        # measure the autoscaler, not where replicas run (BENCHMARKS.md has the bursty variant).
         inference=InferenceShape(services=40, mean_demand_fraction=0.3, bursts_per_hour=0.0,
-                                 latency_sensitive_share=0.5, twin_host_load=1.0, serving_metrics=True)),
-    # The serving world. Parameters from the world, fixed before any run: a 32-node H100 fleet
-    # (the default's), Llama-3.1-8B replicas as most chat fleets serve, Azure's conversation
-    # lengths, the default traffic shape and its autoscaler.
+                                 latency_sensitive_share=0.5, twin_host_load=1.0)),
+    # Parameters from the world, fixed before any run: a 32-node H100 fleet (the default's),
+    # Llama-3.1-8B replicas as most chat fleets serve, Azure's conversation lengths, the default
+    # traffic shape and its autoscaler.
     "llm-fleet": Scenario(name="llm-fleet", hours=2.0, serving=ServingShape(model="Llama-3.1-8B")),
     # Inference beside training jobs: the noisy neighbour of GPU clusters (host cores, power, PCIe).
     "llm-training-mix": Scenario(name="llm-training-mix", hours=2.0, serving=ServingShape(model="Llama-3.1-8B"),
@@ -277,15 +288,15 @@ BUILT_IN = {
 
 
 ABOUT = {
-    "skewed-inference": "queue-law world: inference services of skewed demand on 32 H100 nodes",
-    "burst": "queue-law world: 200 replicas arrive at once after an hour",
-    "training-mix": "queue-law world: inference beside 1.5 training jobs an hour",
-    "mixed-pools": "queue-law world: H100, L4, a tainted reserved pool and MIG slices",
-    "latency-sensitivity": "queue-law world: half the services latency-sensitive, no bursts",
-    "llm-fleet": "serving world: Llama-3.1-8B replicas on 32 H100 nodes for two hours",
-    "llm-training-mix": "serving world: llm-fleet's replicas beside training jobs",
-    "llm-shared-gpus": "serving world: llm-fleet's traffic on GPUs time-sliced in two",
-    "node-failure": "queue-law world: three nodes fail for an hour, 90 minutes in",
+    "skewed-inference": "inference services of skewed demand on 32 H100 nodes for six hours",
+    "burst": "one service scales out by 200 replicas at once after an hour, on 48 H100 nodes",
+    "training-mix": "inference beside 1.5 training jobs an hour for six hours",
+    "mixed-pools": "H100 and L4 pools, a tainted reserved pool and MIG 1g.10gb slices serving a 1.5B model",
+    "latency-sensitivity": "half the services code completion (long prompts), their twins loading the host",
+    "llm-fleet": "Llama-3.1-8B replicas on 32 H100 nodes for two hours",
+    "llm-training-mix": "llm-fleet's replicas beside training jobs",
+    "llm-shared-gpus": "llm-fleet's traffic on GPUs time-sliced in two",
+    "node-failure": "three nodes fail for an hour, 90 minutes in",
 }
 """One line on each built-in scenario, for `simulate --list`."""
 
@@ -320,28 +331,87 @@ def checked(scenario: Scenario) -> Scenario:
     for path, ok, allowed in _ranges(scenario):
         if not ok:
             raise PolicyError(f"{path}: out of range (allowed: {allowed})")
-    if scenario.llm:
-        _check_serving(scenario)
+    _check_serving(scenario)
     return scenario
 
 
 def _check_serving(scenario: Scenario) -> None:
-    """The serving world knows its model and every pool's GPU, and runs whole GPUs only."""
-    from sim.llm.engine import GPU_MEMORY_UTILIZATION
-    from sim.llm.hardware import gpu_of_product, model_named
+    """Every service has a model that fits each GPU unit it may run on."""
+    from sim.llm.hardware import model_named
 
-    try:
-        model_named(scenario.serving.model)
-        for pool in scenario.fleet.pool_shapes():
-            if pool.mig_profile:
-                raise PolicyError(f"fleet.pools: pool {pool.name!r} is MIG; the serving world (serving.model) "
-                                  "models whole GPUs only")
-            gpu, model = gpu_of_product(pool_product(pool)), model_named(scenario.serving.model)
-            if model.weight_bytes >= GPU_MEMORY_UTILIZATION / pool.shares_per_gpu * gpu.memory_bytes:
-                raise PolicyError(f"fleet.pools: pool {pool.name!r} gives each pod 1/{pool.shares_per_gpu} of a "
-                                  f"{gpu.name}: {scenario.serving.model}'s weights do not fit")
-    except KeyError as error:
-        raise PolicyError(f"serving.model: {error.args[0]}") from None
+    if scenario.serving.model:
+        try:
+            model_named(scenario.serving.model)
+        except KeyError as error:
+            raise PolicyError(f"serving.model: {error.args[0]}") from None
+    for pool in scenario.fleet.pool_shapes():
+        try:
+            unit_gpu(pool)
+        except (KeyError, ValueError) as error:
+            raise PolicyError(f"fleet.pools: pool {pool.name!r}: {error.args[0]}") from None
+        if scenario.serving.model and kv_tokens(pool, scenario.serving.model) < MIN_KV_TOKENS:
+            raise PolicyError(f"fleet.pools: pool {pool.name!r} gives each pod {unit_name(pool)}: "
+                              f"{scenario.serving.model} leaves too little room for its KV cache "
+                              f"(under {MIN_KV_TOKENS:,} tokens); leave serving.model empty to serve a model that fits")
+    groups = service_pool_groups(scenario)
+    if sum(s.share for s in scenario.inference.pool_shares) < 1 - 1e-9 and None not in groups:
+        raise PolicyError("inference.poolShares: the services pinned to no pool run on untainted whole-GPU "
+                          "pools, and this fleet has none: pin every service (shares adding up to 1)")
+    for pools in groups.values():
+        service_model(scenario, pools)
+
+
+MIN_KV_TOKENS = 16_384
+"""A model fits a GPU unit when, beside its weights, vLLM's KV cache there holds this many tokens:
+two requests at the 8,192-token context serving deployments commonly cap Llama-3.1 at
+(assumption)."""
+
+
+def unit_gpu(pool: PoolShape):
+    """The GPU a pod of the pool is given: the node's GPU, or a MIG instance of it."""
+    from sim.llm.hardware import gpu_of_product, mig_slice
+
+    gpu = gpu_of_product(pool_product(pool))
+    return mig_slice(gpu, pool.mig_profile) if pool.mig_profile else gpu
+
+
+def unit_name(pool: PoolShape) -> str:
+    gpu = unit_gpu(pool)
+    return f"1/{pool.shares_per_gpu} of one {gpu.name}" if pool.shares_per_gpu > 1 else f"one {gpu.name}"
+
+
+def kv_tokens(pool: PoolShape, model_name: str) -> int:
+    """Tokens the KV cache of a replica of the model holds on one of the pool's units (≤ 0: the
+    weights do not fit)."""
+    from sim.llm.engine import GPU_MEMORY_UTILIZATION, RUNTIME_RESERVE_BYTES
+    from sim.llm.hardware import model_named
+
+    model = model_named(model_name)
+    room = unit_gpu(pool).memory_bytes * GPU_MEMORY_UTILIZATION / pool.shares_per_gpu - model.weight_bytes
+    return int((room - RUNTIME_RESERVE_BYTES) // model.kv_bytes_per_token)
+
+
+def service_pool_groups(scenario: Scenario) -> dict[str | None, tuple[PoolShape, ...]]:
+    """The pools a service may run on, by the pool it is pinned to: that pool alone, and for the
+    services pinned to none (None) the untainted whole-GPU pools together."""
+    pools = scenario.fleet.pool_shapes()
+    pinned = {s.pool for s in scenario.inference.pool_shares}
+    free = tuple(p for p in pools if not p.taints and not p.mig_profile)
+    return {**{p.name: (p,) for p in pools if p.name in pinned}, **({None: free} if free else {})}
+
+
+def service_model(scenario: Scenario, pools: tuple[PoolShape, ...]) -> str:
+    """The model a service serves on these pools: `serving.model`, or else the first of
+    `DEFAULT_MODELS` that fits every one of them. PolicyError where none does."""
+    from sim.llm.hardware import DEFAULT_MODELS
+
+    if scenario.serving.model:
+        return scenario.serving.model
+    for name in DEFAULT_MODELS:
+        if all(kv_tokens(pool, name) >= MIN_KV_TOKENS for pool in pools):
+            return name
+    raise PolicyError(f"fleet.pools: no model of {', '.join(DEFAULT_MODELS)} fits "
+                      f"{' and '.join(unit_name(p) for p in pools)}")
 
 
 def pool_product(pool: PoolShape) -> str:
@@ -380,6 +450,8 @@ def _ranges(scenario: Scenario) -> list[tuple[str, bool, str]]:
         at_least("inference.rolloutsPerServicePerDay", inf.rollouts_per_service_per_day, 0),
         at_least("inference.autoscaleEveryTicks", inf.autoscale_every_ticks, 1),
         within("inference.latencySensitiveShare", inf.latency_sensitive_share, 0, 0.5),
+        within("inference.sensitivePromptTokens", inf.sensitive_prompt_tokens, 1, 100_000),
+        within("inference.sensitiveOutputTokens", inf.sensitive_output_tokens, 2, 100_000),
         within("inference.sensitiveServiceTimeMs", inf.sensitive_service_time_ms, 1, 10_000),
         within("inference.sensitiveContention", inf.sensitive_contention, 1, 10),
         within("inference.twinHostLoad", inf.twin_host_load, 0, 10),

@@ -8,11 +8,11 @@ import random
 from dataclasses import dataclass, field
 
 from sim.cluster_context import NO_CONTEXT, ClusterContext
+from sim.llm.profile import RequestMix
 from sim.llm.state import GpuReport, ServingState, ServingWorld
 from sim.node_state import NodeState
 from sim.scenario import PoolShape, Scenario
 
-SERVICE_TIME_MS = 25.0
 BURST = 1.5
 """Traffic multiplier during a service's burst (10 minutes)."""
 
@@ -34,15 +34,14 @@ class Service:
     serial: int = 0
     pool: PoolShape | None = None
     """The pool its pods are pinned to by nodeSelector (tolerating its taints), or None."""
-    service_time_ms: float = SERVICE_TIME_MS
-    latency_contention: float = 1.0
-    """Multiplier on `CONTENTION` for its latency (1 for tolerant services)."""
+    model: str = "Llama-3.1-8B"
+    """The model its replicas serve (`sim.scenario.service_model`)."""
+    mix: RequestMix = RequestMix(1020, 129, 0.8)
+    """Its requests' lengths."""
+    sensitive: bool = False
+    """A latency-sensitive service (`inference.latencySensitiveShare`): its TTFT is tallied apart too."""
     host_load: float = 0.0
-    """Host-side load its replicas add to their node per unit of GPU load (`twinHostLoad`)."""
-
-    @property
-    def sensitive(self) -> bool:
-        return self.latency_contention > 1.0
+    """Host cores its replicas keep busy beyond a replica's own, as a multiple of those (`twinHostLoad`)."""
 
 
 @dataclass
@@ -63,13 +62,8 @@ class SimPod:
 @dataclass
 class TickSample:
     node_util: dict[str, float]
+    """Each node's true work this tick, % of its units."""
     pending: int
-    latencies: list[tuple[float, float]]
-    """(p99 ms, request weight) per serving replica."""
-    even_load_latencies: list[tuple[float, float]]
-    """The same, had every node carried the fleet's mean load (the limit of balancing)."""
-    sensitive_latencies: list[tuple[float, float]] = field(default_factory=list)
-    """`latencies` of the latency-sensitive services' replicas only."""
 
 
 @dataclass
@@ -100,7 +94,7 @@ class World:
     gpu_readings: list[dict[str, dict[int, GpuReport]]] = field(default_factory=list)
     """Per tick in the serving world: node → GPU index → what dcgm-exporter reports of it."""
     llm: ServingWorld = field(default_factory=ServingWorld)
-    """The serving world's own state (unused while `scenario.llm` is off)."""
+    """The serving world's own state: image caches, queues, the request tally."""
 
     @property
     def dra(self) -> bool:

@@ -12,7 +12,7 @@ import pytest
 from gpu_balancer.backfill import openmetrics_blocks
 from gpu_balancer.cli import main
 from gpu_balancer.local_prometheus import LocalPrometheus
-from scoring.calibration import (CalibrationError, Channels, GpuReading, NodeFrame, ReplicaReading, calibrate,
+from calibration.estimate import (CalibrationError, Channels, GpuReading, NodeFrame, ReplicaReading, calibrate,
                                  estimate, exposures, samples_of)
 from sim.calibration_series import channels_of, frames_of, openmetrics, simulated_world
 from sim.scenario import ContentionShape, load_scenario
@@ -103,7 +103,7 @@ def test_simulate_runs_with_a_calibration_fragment_and_refuses_a_bad_one(tmp_pat
     assert main(["simulate", "--scenario-file", str(scenario), "--calibration", str(good), "--output", "json"]) == 0
     results = json.loads(capsys.readouterr().out)["results"]
     # At scale 0 even load changes nothing: the fragment's scale is the one that ran.
-    assert all(m["ttft_p99_ms"] == pytest.approx(m["ttft_p99_at_even_load_ms"]) for m in results.values())
+    assert all(m["ttft_p99_ms"] == pytest.approx(m["ttft_p99_at_even_contention_ms"]) for m in results.values())
     assert main(["simulate", "--scenario-file", str(scenario), "--calibration", str(bad)]) == 2
     assert "needs contention.scale, a number from 0 to 10" in capsys.readouterr().err
     assert main(["calibrate", "--from-simulation", str(tmp_path / "missing.yaml"), "--write", ""]) == 2

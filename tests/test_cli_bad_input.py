@@ -89,7 +89,7 @@ def commands(files: dict[str, str], closed: str) -> st.SearchStrategy[list[str]]
         st.builds(lambda p: ["fake-dcgm", "--profile", p], st.text(min_size=1, max_size=8).filter(
             lambda t: t not in ("skewed", "uniform", "idle", "failing"))),
         st.builds(lambda c, s: [c, "--scenario", s], st.sampled_from(["fake-dcgm", "fake-serving"]),
-                  st.sampled_from(["burst", "no-such-fleet", ""])),
+                  st.sampled_from(["no-such-fleet", "", "llm-flee"])),
         st.builds(lambda v: ["fake-dcgm", "--scenario", "llm-fleet", "--speed", v],
                   st.sampled_from(["0", "-3", "fast", "1e9"])),
         st.builds(lambda x: ["fake-serving", "--scenario", "llm-fleet", "--contention-scale", x],

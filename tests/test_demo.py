@@ -34,7 +34,7 @@ def test_the_demo_shows_the_problem_and_its_cure(tmp_path):
     assert len(after_rows(out)) == 2 and "TTFT p99 ms" in out and "SLO met %" in out
     over_time = out.split("5. Over time")[1]
     assert "TTFT p99 (ms)" in over_time and "SLO attainment (%)" in over_time and "spread" in over_time
-    assert re.search(r"gpu-balancer [+-]\d+\.\d % against stock", over_time), "the verdict is computed in the run"
+    assert re.search(r"gpu-balancer [+±-]\d+\.\d % against stock", over_time), "the verdict is computed in the run"
     assert "p99 latency (ms)" not in out, "one world: the queue-law latency is not shown"
     tables = out.split("4. The fleet")[1].split("report: open")[0]
     assert max(len(line) for line in tables.splitlines()) <= 100, "every row fits 100 columns"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("gpu_balancer", "scoring", "webhook", "descheduler", "certs", "nvml_exporter")
+PRODUCT = ("gpu_balancer", "scoring", "calibration", "webhook", "descheduler", "certs", "nvml_exporter")
 WITHOUT_SIM = "import sys; sys.modules['sim'] = None; from gpu_balancer.cli import main; sys.exit(main(sys.argv[1:]))"
 """A Python with the simulator absent, as in the production image (`import sim.x` fails)."""
 
@@ -45,6 +45,7 @@ def test_the_image_copies_every_product_package_and_not_the_simulator():
 
 @pytest.mark.parametrize("argv", [["recording-rules"], ["webhook", "--help"], ["deschedule", "--help"],
                                   ["status", "--help"], ["nvml-exporter", "--help"], ["certs", "ensure", "--help"],
+                                  ["calibrate", "--help"],
                                   ["--help"]])
 def test_the_production_commands_run_without_the_simulator(argv):
     done = subprocess.run([sys.executable, "-c", WITHOUT_SIM, *argv], capture_output=True, text=True, cwd=ROOT)

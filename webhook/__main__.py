@@ -1,7 +1,7 @@
-"""`python -m webhook ARGS` is `gpu-balancer webhook ARGS` (for container entrypoints)."""
+"""`python -m webhook ARGS` is `gpu-balancer webhook ARGS` (for container entrypoints). It replaces this
+process with the command line's rather than importing it: a package does not depend on the CLI."""
 
+import os
 import sys
 
-from gpu_balancer.cli import main
-
-sys.exit(main(["webhook", *sys.argv[1:]]))
+os.execv(sys.executable, [sys.executable, "-m", "gpu_balancer", "webhook", *sys.argv[1:]])

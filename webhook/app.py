@@ -18,6 +18,7 @@ from webhook.admit import decide
 from webhook.cache import SnapshotCache
 from webhook.cluster_watch import ClusterWatch
 from webhook.ledger import SteeringLedger
+from webhook.refresh import hand_over
 from webhook.metrics import WebhookMetrics, create_metrics, register_cluster_view_lists
 from webhook.review import MAX_BODY_BYTES, BodyTooLarge, ReviewError, build_response, decode_review, dump_json
 
@@ -91,7 +92,7 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
     startup = startup_costs(policy)
     view = cluster.freeze if cluster is not None else (lambda: None)
     # Telemetry and the cluster view are taken together, off the request path, once per refresh.
-    cache.on_refresh.append(lambda telemetry: ledger.prepare(telemetry.index, view()))
+    cache.on_refresh.append(lambda telemetry: hand_over(telemetry, view(), (ledger,)))
     metrics.cluster_view.set_function(lambda: 0.0 if ledger.view is None else 1.0)
     if cluster is not None:
         register_cluster_view_lists(metrics.registry, cluster.relists)

@@ -1,7 +1,8 @@
 """The telemetry cache: a background thread that refreshes what admissions read; they never wait on it.
 
 Does I/O through the injected `read` function: `webhook.refresher.ChildProcessReader` in
-production, or `assessing(...)` around any snapshot reader (tests, demo, benchmark).
+production, or `assessing(...)` around any snapshot reader (tests, demo, benchmark). What one
+refresh computes is `webhook.refresh`'s, which the simulator calls too.
 """
 
 from __future__ import annotations
@@ -9,44 +10,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from scoring.heat import FleetHeat, fleet_heat
-from scoring.placement import PlacementIndex, index_fleet
 from scoring.policy import BalancerPolicy
 from scoring.telemetry import ClusterSnapshot
+from webhook.refresh import Telemetry, assess
 
 log = logging.getLogger("gpu_balancer.webhook.cache")
-
-
-@dataclass(frozen=True, slots=True)
-class Telemetry:
-    """What admissions need from one refresh: the ranked fleet and how old its samples are.
-
-    Deliberately small (no per-GPU data), so that a child process can build it and hand it over
-    for the price of a short unpickle."""
-
-    index: PlacementIndex
-    sampled_at: datetime
-    """The freshest sample's time (the snapshot's own time when no sample is dated)."""
-    nodes: int
-
-    def age_seconds(self, now: datetime) -> float:
-        return max(0.0, (now - self.sampled_at).total_seconds())
-
-
-def assess(snapshot: ClusterSnapshot, policy: BalancerPolicy, now: datetime) -> Telemetry:
-    """Heat model and ranking for one snapshot. Pure."""
-    return telemetry_of(snapshot, fleet_heat(snapshot, policy.heat, now=now,
-                                             staleness_limit_seconds=policy.telemetry.staleness_limit_seconds))
-
-
-def telemetry_of(snapshot: ClusterSnapshot, fleet: FleetHeat) -> Telemetry:
-    """The ranking for a snapshot whose heat is already known (the simulator keeps the heat for
-    its descheduler too). Pure."""
-    index = index_fleet(fleet, {n.name: n.topology for n in snapshot.nodes if n.topology})
-    return Telemetry(index, snapshot.newest_sample_at or snapshot.taken_at, len(snapshot.nodes))
 
 
 def _utcnow() -> datetime:

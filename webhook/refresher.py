@@ -1,6 +1,6 @@
 """Read and assess telemetry in a child process, so that work never holds the webhook's GIL.
 
-Does I/O: a `spawn`ed process runs `scoring.prometheus.SnapshotReader` and `webhook.cache.assess`
+Does I/O: a `spawn`ed process runs `scoring.prometheus.SnapshotReader` and `webhook.refresh.assess`
 on request and sends the small `Telemetry` (the ranked fleet, no per-GPU data) back through a
 pipe. At 5,000 nodes the read costs 0.3–0.6 s of CPU and the assessment ~90 ms; in the webhook
 process both would stall admissions, from the child they cost the parent one short unpickle.
@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection
 from scoring.policy import BalancerPolicy
 from scoring.prometheus import TelemetryError
 from scoring.telemetry import ClusterSnapshot
-from webhook.cache import Telemetry, assess
+from webhook.refresh import Telemetry, assess
 
 CHILD_NICENESS = 10
 STARTUP_GRACE_SECONDS = 20.0

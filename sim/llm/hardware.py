@@ -10,6 +10,7 @@ in BF16.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 GIB = 2**30
@@ -26,6 +27,10 @@ class Gpu:
     """DCGM `modelName` strings of this GPU."""
     max_sm_clock_mhz: float = 1980.0
     """The datasheet's boost clock: what `DCGM_FI_DEV_SM_CLOCK` reads while a kernel runs unthrottled."""
+    board: str = ""
+    """For a MIG instance, the whole GPU it is a slice of (`mig_slice`); empty for a whole GPU."""
+    board_share: float = 1.0
+    """The share of its board's SMs (and so of its power) a MIG instance holds; 1 for a whole GPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +76,31 @@ MODELS = {model.name: model for model in (
     Model("Qwen2.5-7B", 7.62e9, 28, 4, 128),
     Model("Llama-3.1-70B-TP4", 70.6e9, 80, 8, 128, tensor_parallel=4),
     Model("Llama-3.1-70B-TP8", 70.6e9, 80, 8, 128, tensor_parallel=8),
+    # Small models for GPU slices (MIG instances, shared GPUs), from their config.json the same way.
+    Model("Llama-3.2-3B", 3.21e9, 28, 8, 128),
+    Model("Qwen2.5-1.5B", 1.54e9, 28, 2, 128),
 )}
+
+DEFAULT_MODELS = ("Llama-3.1-8B", "Llama-3.2-3B", "Qwen2.5-1.5B")
+"""What a scenario without `serving.model` serves, first that fits its pool's GPU unit: the model
+most chat fleets serve, then the small ones for slices (`sim.scenario.default_model`)."""
+
+MIG_PROFILE = re.compile(r"^(\d)g\.(\d+)gb$")
+
+
+def mig_slice(gpu: Gpu, profile: str) -> Gpu:
+    """A MIG instance of `gpu` by its profile name (`1g.10gb`): c of the board's 7 compute slices
+    (SMs, tensor throughput) and m GB of its memory, with the memory bandwidth of the memory
+    slices it holds (NVIDIA's MIG User Guide, "Supported MIG Profiles": an H100's 1g.10gb holds
+    1/7 of the SMs and 1/8 of the memory and its bandwidth). DCGM names an instance by its board's
+    `modelName`, so it keeps the board's aliases. ValueError for a name not of that form."""
+    match = MIG_PROFILE.match(profile)
+    if match is None:
+        raise ValueError(f"MIG profile {profile!r} is not of the form <c>g.<m>gb (e.g. 1g.10gb)")
+    compute = int(match[1]) / 7
+    memory_share = min(1.0, int(match[2]) / round(gpu.memory_bytes / GIB))  # of the board's nominal GB
+    return Gpu(f"{gpu.name} {profile}", int(gpu.memory_bytes * memory_share), gpu.bandwidth_bytes_per_s * memory_share,
+               gpu.bf16_flops * compute, gpu.aliases, gpu.max_sm_clock_mhz, gpu.name, compute)
 
 
 def gpu_named(name: str) -> Gpu:

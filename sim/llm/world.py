@@ -42,8 +42,8 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.llm.engine import GPU_MEMORY_UTILIZATION, Knobs
-from sim.llm.hardware import Gpu, Model, gpu_of_product, model_named
-from sim.llm.profile import QUANTILES, ReplicaProfile, RequestMix, profile
+from sim.llm.hardware import Gpu, Model, gpu_of_product, mig_slice, model_named
+from sim.llm.profile import QUANTILES, ReplicaProfile, profile
 from sim.llm.state import GpuReport, ServingState
 from sim.llm.telemetry import MIB
 from sim.node_state import pod_key
@@ -54,8 +54,9 @@ TDP_W = {"A100-40GB": 400, "A100-80GB": 400, "H100-80GB": 700, "H200": 700, "L4"
 
 
 def tdp_w(gpu: Gpu) -> float:
-    """The GPU's board power limit (700 W for one the table lacks)."""
-    return float(TDP_W.get(gpu.name, 700))
+    """The GPU's board power limit (700 W for one the table lacks); a MIG instance's share of its
+    board's, by its share of the SMs (assumption)."""
+    return float(TDP_W.get(gpu.board or gpu.name, 700)) * gpu.board_share
 IDLE_SHARE = 0.1
 """Idle power over TDP: assumption."""
 TRAINING_POWER_SHARE = 0.95
@@ -89,17 +90,19 @@ def gpu_report(gpu: Gpu, fb_used_mib: float, watts: float, busy: float, occupanc
                      dram)
 
 
-def model_of(world: World) -> Model:
-    return model_named(world.scenario.serving.model)
-
-
-def mix_of(world: World) -> RequestMix:
-    sv = world.scenario.serving
-    return RequestMix(sv.prompt_tokens, sv.output_tokens, sv.length_sigma)
+def model_of(world: World, service: str) -> Model:
+    return model_named(world.services[service].model)
 
 
 def gpu_of_node(world: World, node: str) -> Gpu:
-    return gpu_of_product(world.nodes[node].labels.get("nvidia.com/gpu.product", ""))
+    """The GPU unit a pod of the node is given: its GPU (`nvidia.com/gpu.product`), or a MIG
+    instance of it where GPU feature discovery counts instances of one profile."""
+    labels = world.nodes[node].labels
+    gpu = gpu_of_product(labels.get("nvidia.com/gpu.product", ""))
+    for key in labels:
+        if key.startswith("nvidia.com/mig-") and key.endswith(".count"):
+            return mig_slice(gpu, key.removeprefix("nvidia.com/mig-").removesuffix(".count"))
+    return gpu
 
 
 def shares_of(world: World, node: str) -> int:
@@ -108,14 +111,12 @@ def shares_of(world: World, node: str) -> int:
     return int(labels.get("nvidia.com/gpu.replicas", "1")) if "nvidia.com/gpu.sharing-strategy" in labels else 1
 
 
-def profile_of(world: World, node: str) -> ReplicaProfile:
-    """The replica as it runs on the node: on a GPU shared k ways, vLLM is started with
+def profile_of(world: World, node: str, service: str) -> ReplicaProfile:
+    """The service's replica as it runs on the node: on a GPU shared k ways, vLLM is started with
     `--gpu-memory-utilization` 0.9 / k, so its KV cache is what the weights leave of that."""
-    shares = shares_of(world, node)
-    if shares == 1:  # the same cache key as every other caller's
-        return profile(gpu_of_node(world, node), model_of(world), mix_of(world))
-    knobs = Knobs(gpu_memory_utilization=GPU_MEMORY_UTILIZATION / shares)
-    return profile(gpu_of_node(world, node), model_of(world), mix_of(world), knobs)
+    shares, own = shares_of(world, node), world.services[service]
+    knobs = Knobs() if shares == 1 else Knobs(gpu_memory_utilization=GPU_MEMORY_UTILIZATION / shares)
+    return profile(gpu_of_node(world, node), model_named(own.model), own.mix, knobs)
 
 
 def ready_seconds(world: World, pod: SimPod, node: str) -> float:
@@ -126,7 +127,7 @@ def ready_seconds(world: World, pod: SimPod, node: str) -> float:
     image_bytes = world.services[pod.service].image_bytes
     pull = 0.0 if (node, image) in world.llm.images else image_bytes / sv.image_pull_bytes_per_second
     world.llm.images.add((node, image))
-    return pull + model_of(world).weight_bytes / sv.weight_load_bytes_per_second + sv.startup_seconds
+    return pull + model_of(world, pod.service).weight_bytes / sv.weight_load_bytes_per_second + sv.startup_seconds
 
 
 def is_ready(world: World, pod: SimPod) -> bool:
@@ -140,7 +141,7 @@ def on_lost(world: World, pod: SimPod) -> None:
         return
     in_flight = state.waiting + (state.running or 0.0)
     if in_flight > 0:
-        prof = profile_of(world, pod.node)
+        prof = profile_of(world, pod.node, pod.service)
         lower, share = prof.weights(np.asarray([pod.load]))
         half_e2e = float(np.median(prof.mix_of(prof.e2e_ms, lower, share))) / 2
         world.llm.lost.append((pod.service, in_flight, half_e2e))
@@ -175,7 +176,7 @@ def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
                     activity[g][2] = 1.0
                 noisy_switches |= switches
             else:
-                cores += co.host_cores_per_replica
+                cores += co.host_cores_per_replica * (1 + world.services[pod.service].host_load)
                 dram, tensor, busy = world.llm.activity.get(pod_key(pod.obj), (0.0, 0.0, 0.0))
                 for g in gpus:
                     activity[g][0] += dram
@@ -220,6 +221,7 @@ class _Rows:
     """The tick's ready replicas, as arrays."""
 
     pods: list[SimPod] = field(default_factory=list)
+    profiles: list[ReplicaProfile] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     load: list[float] = field(default_factory=list)
     slowdown: list[float] = field(default_factory=list)
@@ -234,7 +236,7 @@ def measure(world: World):
     for pod in world.pods.values():
         if pod.node is not None:
             by_node[pod.node].append(pod)
-    profiles = {name: profile_of(world, name) for name in up}
+    profiles = _Profiles(world, up)
     _route_traffic(world, profiles)
     slowdown, pcie, power_excess, sharing = _node_slowdowns(world, {n: by_node.get(n, []) for n in up})
     even = _even_slowdowns(world, slowdown, up)
@@ -246,20 +248,20 @@ def measure(world: World):
     noise = np.random.default_rng([world.seed, world.tick])
     for name in up:
         gpu = gpu_of_node(world, name)
-        units, busy_units = _node_units(world, name, by_node.get(name, ()), profiles[name], gpu,
+        units, busy_units = _node_units(world, name, by_node.get(name, ()), profiles, gpu,
                                         (slowdown, pcie, sharing, even), rows)
         per_gpu[name], readings[name] = _scrape(world, gpu, units, noise, power_excess[name])
         work[name] = 100 * busy_units / world.units[name]
-    _serve(world, rows, profiles, serving, world.scenario.tick_seconds)
+    _serve(world, rows, serving, world.scenario.tick_seconds)
     _serve_lost(world, profiles)
     world.history.append({n: _mean_reported(per_gpu[n]) for n in up})
     world.gpu_util.append(dict(per_gpu))
     world.gpu_readings.append(dict(readings))
     world.serving.append(serving)
-    return TickSample(work, len(world.pending()), [], [])
+    return TickSample(work, len(world.pending()))
 
 
-def _route_traffic(world: World, profiles: dict) -> None:
+def _route_traffic(world: World, profiles: _Profiles) -> None:
     """Each service's demand shared by its ready replicas (`pod.load`); a service with none
     waits a tick at least, tallied flat (a lower bound)."""
     dt = world.scenario.tick_seconds
@@ -275,11 +277,12 @@ def _route_traffic(world: World, profiles: dict) -> None:
         for pod in ready:
             pod.load = demand / len(ready)
         if not ready and demand > 0:
-            rate = demand * _any_profile(world, service, profiles).saturation_rps
+            rate = demand * profiles.anywhere(service).saturation_rps
             _tally_flat(world, rate * dt, dt * 1000)
 
 
-def _node_units(world: World, name: str, pods, prof, gpu, slowdowns: tuple, rows: _Rows) -> tuple[list, float]:
+def _node_units(world: World, name: str, pods, profiles: _Profiles, gpu, slowdowns: tuple, rows: _Rows
+                ) -> tuple[list, float]:
     """What each schedulable unit of the node shows before the exporter's noise, and the node's
     busy units; each serving replica's row joins `rows` for `_serve`."""
     slowdown, pcie, sharing, even = slowdowns
@@ -298,6 +301,8 @@ def _node_units(world: World, name: str, pods, prof, gpu, slowdowns: tuple, rows
             dram = tensor = occupancy = 0.0
         else:
             s = slowdown[name] + pcie.get((name, index), 0.0) + sharing.get(key, 0.0)
+            prof = profiles.of(name, pod.service)
+            rows.profiles.append(prof)
             rows.pods.append(pod)
             rows.nodes.append(name)
             rows.load.append(pod.load)
@@ -389,12 +394,25 @@ def _even_slowdowns(world: World, slowdown: dict[str, float], up: list[str]) -> 
     return {n: sum(means[pool_of[n]]) / len(means[pool_of[n]]) for n in up}
 
 
-def _any_profile(world: World, service, profiles: dict[str, ReplicaProfile]) -> ReplicaProfile:
-    pool = service.pool
-    for name, prof in profiles.items():
-        if pool is None or world.nodes[name].labels.get("pool") == pool.name:
-            return prof
-    return next(iter(profiles.values()))
+class _Profiles:
+    """The tick's replica profiles, by (node, service), each looked up once."""
+
+    def __init__(self, world: World, up: list[str]) -> None:
+        self._world, self._up = world, up
+        self._by: dict[tuple[str, str], ReplicaProfile] = {}
+
+    def of(self, node: str, service: str) -> ReplicaProfile:
+        if (found := self._by.get((node, service))) is None:
+            found = self._by[node, service] = profile_of(self._world, node, service)
+        return found
+
+    def anywhere(self, service) -> ReplicaProfile:
+        """The service's replica on a node of its pool (any node where it has none)."""
+        pool = service.pool
+        for name in self._up:
+            if pool is None or self._world.nodes[name].labels.get("pool") == pool.name:
+                return self.of(name, service.name)
+        return self.of(self._up[0], service.name)
 
 
 def _tally_flat(world: World, requests: float, ttft_ms: float) -> None:
@@ -406,15 +424,14 @@ def _tally_flat(world: World, requests: float, ttft_ms: float) -> None:
     tally.e2e.add(row, np.asarray([requests]))
 
 
-def _serve(world: World, rows: _Rows, profiles: dict[str, ReplicaProfile], serving: dict[str, ServingState],
-           dt: float) -> None:
+def _serve(world: World, rows: _Rows, serving: dict[str, ServingState], dt: float) -> None:
     """The ready replicas' requests this tick, by profile (one per GPU kind), into the tally."""
     sv, tally = world.scenario.serving, world.llm.tally
     groups: dict[int, list[int]] = defaultdict(list)
-    for i, node in enumerate(rows.nodes):
-        groups[id(profiles[node])].append(i)
+    for i, prof in enumerate(rows.profiles):
+        groups[id(prof)].append(i)
     for members in groups.values():
-        prof = profiles[rows.nodes[members[0]]]
+        prof = rows.profiles[members[0]]
         pods = [rows.pods[i] for i in members]
         load = np.asarray([rows.load[i] for i in members])
         s = np.asarray([rows.slowdown[i] for i in members])
@@ -438,6 +455,8 @@ def _serve(world: World, rows: _Rows, profiles: dict[str, ReplicaProfile], servi
         tally.tpot.add(tpot, requests)
         tally.e2e.add(e2e, requests)
         tally.ttft_even.add(ttft_even, requests)
+        if (sensitive := np.asarray([world.services[p.service].sensitive for p in pods])).any():
+            tally.ttft_sensitive.add(ttft[sensitive], requests[sensitive])
         tally.requests += float(requests.sum())
         met = (ttft <= sv.ttft_slo_ms) & (tpot <= sv.tpot_slo_ms)  # each quantile pair as a request: assumption
         tally.within_slo += float((met.mean(axis=1) * requests).sum())
@@ -453,14 +472,14 @@ def _serve(world: World, rows: _Rows, profiles: dict[str, ReplicaProfile], servi
                                         float(tpot_mean[i]), float(ttft_mean[i]))
 
 
-def _serve_lost(world: World, profiles: dict[str, ReplicaProfile]) -> None:
+def _serve_lost(world: World, profiles: _Profiles) -> None:
     """Requests in flight on replicas evicted or lost: each starts again, its first token as late
     as the time it had spent plus a fresh TTFT on a replica of its service, and misses its target
     when that passes it."""
     sv, tally = world.scenario.serving, world.llm.tally
     for service_name, count, elapsed_ms in world.llm.lost:
         service = world.services[service_name]
-        prof = _any_profile(world, service, profiles)
+        prof = profiles.anywhere(service)
         ready = [p.load for p in world.pods.values() if p.service == service_name and is_ready(world, p)]
         lower, share = prof.weights(np.asarray([sum(ready) / len(ready) if ready else prof.top]))
         ttft = prof.mix_of(prof.ttft_ms, lower, share) + elapsed_ms

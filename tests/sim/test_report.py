@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from html.parser import HTMLParser
 
@@ -54,7 +55,9 @@ def test_the_report_files_are_valid_and_self_contained(by_seed, tmp_path):
     page.feed((tmp_path / "report.html").read_text())
     text = " ".join(page.text)
     assert "tiny" in text and "seeds 1–2" in text and "burst: +12 pods at 0.25 h" in text
-    assert {"stock", "gpu-balancer", "oracle", "GPU util CoV (ratio)", "p99 latency (ms)"} <= set(page.headers)
+    assert {"stock", "gpu-balancer", "coolest-node", "GPU util CoV (ratio)", "TTFT p99 (ms)",
+            "SLO attainment (%)"} <= set(page.headers)
+    assert "p99 latency (ms)" not in page.headers, "one world: no queue-law latency"
     assert "What each metric means" in text
     assert len(page.images) == 3 and all(i["src"].startswith("data:image/png;base64,") for i in page.images), \
         "pictures are inlined: the page opens from disk with no server"
@@ -82,7 +85,8 @@ def test_the_latency_tail_is_one_minus_cdf_on_log_axes_with_each_p99_marked(by_s
 def test_the_headline_chart_shows_changes_against_stock_with_the_range_over_seeds(by_seed):
     axis = figures.headline(TINY, [1, 2], by_seed).axes[0]
     assert "change against stock (%)" in axis.get_ylabel() and "range over seeds" in axis.get_title()
-    assert [t.get_text() for t in axis.get_xticklabels()][0] == "GPU util CoV (ratio)"
+    assert [t.get_text() for t in axis.get_xticklabels()] == ["TTFT p99 (ms)", "TTFT p50 (ms)", "TPOT p99 (ms)",
+                                                              "GPU util CoV (ratio)"]
     changes = figures.per_seed_changes(by_seed, "gpu-balancer", "node_util_cov")
     assert len(changes) == 2
     heights = sorted(round(p.get_height(), 6) for p in axis.patches)
@@ -93,7 +97,7 @@ def test_the_terminal_table_fits_100_columns_and_says_what_percentages_are(by_se
     table = as_table("tiny", [1, 2], aggregate(by_seed))
     assert max(len(line) for line in table.splitlines()) <= WIDTH
     assert "change of the mean against the stock scheduler" in table
-    assert "p99 latency (ms)" in table and "hottest node (% util)" in table
+    assert "TTFT p99 (ms)" in table and "SLO attainment (%)" in table and "hottest node" not in table
 
 
 def test_the_page_renders_in_headless_chromium(by_seed, tmp_path):
@@ -111,12 +115,26 @@ def test_the_page_renders_in_headless_chromium(by_seed, tmp_path):
     assert len(colours) > 200, "the page drew text and pictures, not a blank or error page"
 
 
-def test_with_six_policies_every_range_stays_a_cell_of_its_own():
-    policies = ("stock", "stock-gpu-scored", "lownodeutilization", "gpu-balancer", "gpu-balancer-serving", "oracle")
-    wide = {"node_util_cov": (0.240, 0.351), "advice_followed": (0.954, 1.0), "p99_latency_ms": (1976.0, 57056.0)}
+def test_with_seven_policies_every_range_stays_a_cell_of_its_own():
+    policies = ("stock", "spread", "lownodeutilization-actual", "load-aware", "gpu-balancer", "coolest-node",
+                "stock-gpu-scored")
+    wide = {"node_util_cov": (0.240, 0.351), "advice_followed": (0.954, 1.0), "ttft_p99_ms": (1976.0, 57056.0)}
     summary = {p: {m: {"mean": (lo + hi) / 2, "min": lo, "max": hi, "per_seed": {"1": lo, "2": hi}}
                    for m, (lo, hi) in wide.items()} for p in policies}
     table = as_table("six", [1, 2], summary).splitlines()
     assert max(len(line) for line in table) <= WIDTH
     ranges = [line.split() for line in table if line.startswith(" ") and ("–" in line or ".." in line)]
-    assert len(ranges) == len(wide) and all(len(cells) == len(policies) for cells in ranges), ranges
+    # Seven columns go in two blocks; each range a cell of its own in either.
+    assert sum(len(cells) for cells in ranges) == len(wide) * len(policies), ranges
+    assert all(re.fullmatch(r"[\d.]+–[\d.]+%?", cell) for cells in ranges for cell in cells), ranges
+
+
+def test_a_change_that_rounds_to_nothing_reads_as_plus_minus_zero_never_minus_zero():
+    from sim.report import signed
+
+    assert [signed(-0.0004), signed(0.04, 1), signed(-0.04, 1), signed(2.6), signed(-12.5, 1)] == [
+        "±0", "±0.0", "±0.0", "+3", "-12.5"]
+    summary = {p: {"ttft_p99_ms": {"mean": v, "min": v, "max": v, "per_seed": {"1": v}}}
+               for p, v in (("stock", 1000.0), ("gpu-balancer", 999.9))}
+    table = as_table("tiny", [1], summary)
+    assert "±0%" in table and "-0%" not in table

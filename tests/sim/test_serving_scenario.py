@@ -21,7 +21,7 @@ SMALL = replace(named("latency-sensitivity"), hours=1.0, fleet=FleetShape(nodes=
                 inference=replace(named("latency-sensitivity").inference, services=8))
 
 
-def run_ticks(scenario, ticks: int, policy_name: str = SERVING_POLICY, seed: int = 3):
+def run_ticks(scenario, ticks: int, policy_name: str = "gpu-balancer", seed: int = 3):
     world, policy = build_world(scenario, seed), make_policy(policy_name, seed)
     for tick in range(ticks):
         world.tick = tick
@@ -34,22 +34,28 @@ def run_ticks(scenario, ticks: int, policy_name: str = SERVING_POLICY, seed: int
     return world, policy
 
 
-def test_each_sensitive_service_has_a_tolerant_twin_of_equal_demand():
+def test_each_sensitive_service_serves_code_completion_beside_a_conversational_twin_of_equal_demand():
     world = build_world(SMALL, 1)
     services = sorted(world.services.values(), key=lambda s: s.name)
     sensitive = [s for s in services if s.sensitive]
     assert len(sensitive) == 4
+    inference = SMALL.inference
     for service in sensitive:
         twin = world.services[f"svc-{int(service.name[4:]) + 1:02d}"]
-        assert not twin.sensitive and twin.demand == service.demand and twin.host_load > 0
+        assert not twin.sensitive and twin.demand == service.demand and twin.host_load == inference.twin_host_load > 0
+        assert (service.mix.prompt_median, service.mix.output_median) == (inference.sensitive_prompt_tokens,
+                                                                          inference.sensitive_output_tokens)
+        assert twin.mix.prompt_median == SMALL.serving.prompt_tokens != service.mix.prompt_median
 
 
-def test_only_scenarios_whose_replicas_export_serving_series_compare_the_serving_aware_policy():
-    assert SERVING_POLICY in policies_for(SMALL)
-    assert policies_for(named("skewed-inference")) == POLICIES
-    metrics = run_policy(SMALL, SERVING_POLICY, 2).metrics
-    assert metrics["p99_sensitive_latency_ms"] > 0
-    assert "p99_sensitive_latency_ms" not in run_policy(replace(named("burst"), hours=0.2), "stock", 1).metrics
+def test_every_scenario_compares_the_same_line_up_and_only_a_sensitive_one_reports_its_own_tail():
+    assert policies_for(SMALL) == policies_for(named("skewed-inference")) == POLICIES
+    assert SERVING_POLICY not in POLICIES, "one gpu-balancer: the serving-aware name is an alias"
+    metrics = run_policy(SMALL, "gpu-balancer", 2).metrics
+    assert metrics["ttft_p99_sensitive_ms"] > 0
+    assert run_policy(replace(SMALL, hours=0.3), SERVING_POLICY, 2).metrics == run_policy(
+        replace(SMALL, hours=0.3), "gpu-balancer", 2).metrics
+    assert "ttft_p99_sensitive_ms" not in run_policy(replace(named("burst"), hours=0.2), "stock", 1).metrics
 
 
 def test_the_serving_aware_policy_sees_every_exporting_replica_in_its_snapshot():
@@ -59,6 +65,17 @@ def test_the_serving_aware_policy_sees_every_exporting_replica_in_its_snapshot()
     observed = world.serving[-1 - lag]
     assert {f"{r.namespace}/{r.pod}" for n in snapshot.nodes for r in n.serving} == set(observed)
     assert all("serving" in n.signals for n in fleet.nodes if snapshot.by_name[n.name].serving)
+
+
+def test_gpu_balancer_reads_the_serving_series_only_where_they_are_scraped_and_its_policy_reads_them():
+    unscraped = replace(SMALL, inference=replace(SMALL.inference, serving_metrics=False))
+    world, policy = run_ticks(unscraped, 12)
+    assert not any(n.serving for n in policy.telemetry(world)[0].nodes)
+    off = default_policy()
+    off = replace(off, serving=replace(off.serving, enabled=False))
+    world = build_world(SMALL, 3)
+    assert make_policy("gpu-balancer", 3).reads_serving(world)
+    assert not make_policy("gpu-balancer", 3, off).reads_serving(world)
 
 
 def test_the_simulated_replicas_read_through_prometheus_as_the_in_process_path_sees_them(fake_dcgm, prometheus):
@@ -93,7 +110,7 @@ def test_the_simulated_replicas_read_through_prometheus_as_the_in_process_path_s
         server.server_close()
 
 
-def test_the_report_shows_the_sensitive_services_p99_beside_the_headline_metrics(tmp_path):
+def test_the_report_shows_the_sensitive_services_ttft_p99_beside_the_headline_metrics(tmp_path):
     from sim import report_figures
     from sim.report_files import write_report
     from sim.run import compare
@@ -102,7 +119,7 @@ def test_the_report_shows_the_sensitive_services_p99_beside_the_headline_metrics
     by_seed = {seed: compare(short, seed) for seed in (1, 2)}
     figure = report_figures.headline(short, [1, 2], by_seed)
     labels = [tick.get_text() for tick in figure.axes[0].get_xticklabels()]
-    assert labels[-1] == "p99 sensitive (ms)" and len(labels) == len(report_figures.HEADLINE) + 1
+    assert labels[-1] == "TTFT p99 sensitive (ms)" and len(labels) == len(report_figures.HEADLINE) + 1
     written = write_report(tmp_path, short, by_seed)
     assert any(path.name == "report.html" for path in written)
-    assert "gpu-balancer-serving" in (tmp_path / "report.html").read_text()
+    assert "gpu-balancer" in (tmp_path / "report.html").read_text()

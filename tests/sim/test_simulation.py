@@ -26,9 +26,9 @@ def test_every_policy_reports_every_metric():
     results = compare(SMALL, 3)
     assert list(results) == list(POLICIES)
     for result in results.values():
-        assert {"node_util_cov", "max_node_util", "hot_node_minutes", "p99_latency_ms", "evictions",
+        assert {"ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "node_util_cov", "evictions",
                 "pending_pods"} <= set(result.metrics)
-        assert result.metrics["p99_latency_ms"] > 0
+        assert result.metrics["ttft_p99_ms"] > 0 and 0 < result.metrics["slo_attainment"] <= 1
 
 
 def test_gpu_balancer_pods_go_through_the_production_webhook():
@@ -59,16 +59,6 @@ def _two_node_world(placement: list[str]):
     for node in placement:
         bind(world, service_pod(world, service), node)
     return world
-
-
-def test_even_load_latency_is_what_balancing_would_give():
-    piled = measure(_two_node_world(["gpu-node-000"] * 3 + ["gpu-node-001"]))
-    even = measure(_two_node_world(["gpu-node-000", "gpu-node-001"] * 2))
-    # Piled up, three replicas suffer the contention of a busy node and the fourth runs alone;
-    # at even load all four see the mean, which is what the balanced placement actually gets.
-    assert weighted_quantile(piled.latencies, 0.99) > weighted_quantile(piled.even_load_latencies, 0.99)
-    assert sorted(even.latencies) == sorted(even.even_load_latencies)
-    assert piled.even_load_latencies == even.even_load_latencies
 
 
 def test_bindings_onto_nodes_the_advice_avoids_are_counted_for_any_policy():
@@ -215,13 +205,14 @@ def test_a_run_does_not_depend_on_the_process_hash_seed():
 def test_on_the_held_out_mixed_fleet_a_packed_training_job_does_not_saturate_serving_replicas():
     # Issue 34: seed 4 of this fleet had gpu-balancer's p99 at 13.6 s against stock's 2.6 s, because
     # a job was packed into the clique with the most room, beside replicas at their replica cap.
-    # The job now goes where its room is coolest.
+    # The job now goes where its room is coolest. (On the serving world: TTFT p99 2,747 ms against
+    # stock's 2,984, every job in one clique against none.)
     from pathlib import Path
 
     scenario = load_scenario((Path(__file__).parents[2] / "bench" / "scenarios" / "mixed-training-heldout.yaml").read_text())
     stock = run_policy(scenario, "stock", 4).metrics
     balanced = run_policy(scenario, "gpu-balancer", 4).metrics
-    assert balanced["p99_latency_ms"] <= stock["p99_latency_ms"], (balanced, stock)
+    assert balanced["ttft_p99_ms"] <= stock["ttft_p99_ms"], (balanced, stock)
     assert balanced["node_util_cov"] < stock["node_util_cov"]
     assert balanced["training_jobs_in_one_clique"] > stock["training_jobs_in_one_clique"]
 

@@ -232,7 +232,8 @@ def test_without_api_access_the_app_stays_ready_and_says_so_on_metrics(cluster):
     from scoring.policy import default_policy
     from tests.webhook.helpers import fleet, gpu_pod, node, review
     from webhook.app import create_app
-    from webhook.cache import SnapshotCache, telemetry_of
+    from webhook.cache import SnapshotCache
+    from webhook.refresh import telemetry_of
     from scoring.telemetry import ClusterSnapshot, NodeTelemetry
 
     api, start, _ = cluster

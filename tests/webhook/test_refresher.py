@@ -10,7 +10,7 @@ from scoring import dcgm
 from scoring.policy import default_policy
 from scoring.prometheus import TelemetryError, connect, read_snapshot
 from sim.fleet import FleetSpec
-from webhook.cache import assess
+from webhook.refresh import assess
 from webhook.refresher import ChildProcessReader
 
 

@@ -1,4 +1,4 @@
-"""A cluster's history as `scoring.calibration` frames: DCGM power (and its limit, where exported),
+"""A cluster's history as `calibration.estimate` frames: DCGM power (and its limit, where exported),
 vLLM's TPOT and TTFT histograms, batch and KV-cache fill, and kube-state-metrics' allocatable
 cores, read by range queries over a window. I/O only through the injected range query."""
 
@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 
 from scoring import dcgm
-from scoring.calibration import Frame, GpuReading, NodeFrame, ReplicaReading
+from calibration.estimate import Frame, GpuReading, NodeFrame, ReplicaReading
 
 RangeFn = Callable[[str, float, float, float], list[tuple[Mapping[str, str], list[tuple[float, float]]]]]
 """(promql, start, end, step) → each series' labels and (time, value) points."""

@@ -1,0 +1,324 @@
+"""This product in the simulator: the production webhook decision and descheduler plan on telemetry
+the simulator lags like a real exporter. Pure, no I/O."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from statistics import fmean
+from collections import deque
+from datetime import datetime, timedelta
+
+from descheduler.cluster import cluster_from_objects
+from descheduler.ledger import EvictionRecord, LedgerState
+from descheduler import step
+from scoring.claims import ClaimBook, book_from_objects, pod_claims
+from scoring.cluster_state import LISTED, ClusterState
+from scoring.feasibility import constraints_of, why_infeasible
+from scoring.errors import TelemetryError
+from scoring.heat import fleet_heat
+from scoring.policy import BalancerPolicy, default_policy
+from scoring.queries import topology_keys
+from scoring.readiness import startup_costs
+from scoring import dcgm
+from scoring.serving import (ServingReplica, SustainedServing, latency_label, pressure_of, target_for,
+                             with_peers, with_serving, workload_of_pod)
+from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
+from scoring.telemetry import ClusterSnapshot, WindowStats
+from scoring.workloads import gpu_request
+from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView
+from sim.engine import cluster_objects, recreate
+from sim.world_state import SimPod, World
+from sim.llm.state import GpuReport, ServingState
+from sim.node_state import pod_key
+from webhook.admit import decide
+from webhook.refresh import hand_over, telemetry_of
+from webhook.ledger import SteeringLedger
+from webhook.review import decode_review, patched, pod_review
+from sim.policies.exporters import busy_share, observed_samples, reads_kernel_share, sim_time, telemetry_lag
+from sim.policies.stock import Stock
+
+
+def claim_book(world: World, policy: BalancerPolicy) -> ClaimBook:
+    """The world's claim templates as the webhook reads them, with its own policy's GPU classes."""
+    return book_from_objects(world.templates.values(), policy.placement)
+
+
+def watched_view(world: World, policy: BalancerPolicy, now: datetime) -> ClusterView:
+    """The view the webhook's watch would hold: the world's objects listed into the same cluster
+    state (`scoring.cluster_state`) production reduces them in."""
+    by_kind: dict[str, list[dict]] = {kind: [] for kind in LISTED.values()}
+    for obj in cluster_objects(world):
+        if (kind := LISTED.get(obj.get("kind", ""))) is not None:
+            by_kind[kind].append(obj)
+    state = ClusterState(policy.placement)
+    for kind, objects in by_kind.items():
+        state.replace(kind, objects, now)
+    return state.view(now)
+
+
+def preferred_nodes(pod: dict) -> tuple[str, ...]:
+    """The node names of the pod's preferred node-affinity terms (the advice's)."""
+    terms = pod.get("spec", {}).get("affinity", {}).get("nodeAffinity", {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution", [])
+    return tuple(f["values"][0] for t in terms for f in t.get("preference", {}).get("matchFields", [])
+                 if f.get("key") == "metadata.name" and f.get("values"))
+
+
+SERVING_POLICY = "gpu-balancer-serving"
+"""gpu-balancer reading the replicas' serving series too."""
+
+
+class GpuBalancer(Stock):
+    """Stock scheduling of pods mutated by the real webhook decision, plus the real descheduler plan.
+
+    Admissions alternate over `webhookReplicas` replicas, each with its own ledger; they share
+    only what the API server shows: the cluster view and bindings, `bindDelaySeconds` late."""
+
+    name = "gpu-balancer"
+    about = "this product as shipped: the real webhook's advice and the real descheduler's plan"
+    moves_on_serving = True
+    """Where it reads the serving series: the descheduler also moves replicas off slow-serving nodes."""
+
+    def __init__(self, rng: random.Random, policy: BalancerPolicy | None = None) -> None:
+        super().__init__(rng)
+        self.policy = policy or default_policy()
+        self.ledgers: list[SteeringLedger] = []
+        self.evictions = LedgerState()
+        self._telemetry_tick = -1
+        self._telemetry = None
+        self._admissions = 0
+        self._bindings: deque[tuple[int, Binding]] = deque()
+        self._advised = self._feasible = self._followed = 0
+        self._preferred: dict[str, tuple[str, ...]] = {}
+        self._book: ClaimBook | None = None
+
+    def reads_serving(self, world: World) -> bool:
+        """Whether its heat model reads the replicas' serving series: as the shipped product, where
+        its policy reads them (`serving.enabled`, on by default) and the replicas export them."""
+        return self.policy.serving.enabled and world.scenario.inference.serving_metrics
+
+    def _claims(self, world: World) -> ClaimBook:
+        if self._book is None:
+            self._book = claim_book(world, self.policy)
+        return self._book
+
+    def _ledgers(self, world: World) -> list[SteeringLedger]:
+        if not self.ledgers:
+            settle = self.policy.placement.settle_seconds
+            self.ledgers = [SteeringLedger(settle, replica=f"r{i}-") for i in range(world.scenario.webhook_replicas)]
+        return self.ledgers
+
+    def telemetry(self, world: World):
+        """Snapshot, heat and ranking from what an exporter scraped `lag` seconds ago."""
+        self._deliver_bindings(world)
+        if self._telemetry_tick == world.tick and self._telemetry is not None:
+            return self._telemetry
+        if (heat := self.heat(world)) is None:
+            return None
+        snapshot, fleet = heat
+        telemetry = telemetry_of(snapshot, fleet)
+        view = watched_view(world, self.policy, sim_time(world))
+        hand_over(telemetry, view, self._ledgers(world))
+        self._telemetry, self._telemetry_tick = (snapshot, fleet, telemetry, view), world.tick
+        return self._telemetry
+
+    def heat(self, world: World):
+        """The snapshot and the fleet's heat from what an exporter scraped `lag` seconds ago; None
+        before the first scrape."""
+        lag = telemetry_lag(world)
+        if len(world.gpu_util) <= lag:
+            return None
+        samples = observed_samples(world, lag, self.policy.telemetry.busy)
+        now = sim_time(world)
+        taken = now - timedelta(seconds=lag * world.scenario.tick_seconds)
+        keys = topology_keys(self.policy)
+        # kube-state-metrics' kube_node_labels, as a cluster exporting the topology labels shows them.
+        node_labels = [Series({"node": n.name, **{ksm_label_name(k): n.labels[k] for k in keys if k in n.labels}}, 1.0)
+                       for n in world.nodes.values()]
+        snapshot = build_snapshot(aggregate_samples(samples), taken_at=now, newest_sample_at=taken,
+                                  node_labels=node_labels, topology_keys=keys)
+        if self.reads_serving(world) and len(world.serving) > lag:
+            snapshot = with_serving(snapshot, self.serving_replicas(world.serving[-1 - lag]))
+        return snapshot, fleet_heat(snapshot, self.policy.heat, now=now,
+                                    staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
+
+    def serving_replicas(self, observed: dict[str, tuple[str, float, float]]) -> dict[str, tuple[ServingReplica, ...]]:
+        """What the serving queries would return for these replicas: vLLM's queue and TTFT p95."""
+        serving = self.policy.serving
+        vllm = next(server for server in serving.servers if server.name == "vllm")
+        label = latency_label(vllm, serving.quantile)
+        per_node: dict[str, list[ServingReplica]] = {}
+        for key, state in observed.items():
+            namespace, name = key.split("/", 1)
+            target = target_for(serving, server="vllm", namespace=namespace, workload="")
+            per_node.setdefault(state.node, []).append(ServingReplica(
+                namespace, name, "vllm", state.waiting, state.ttft_p95_s, label, target, workload_of_pod(name),
+                kv_usage=state.kv_usage, running=state.running))
+        return with_peers(per_node)
+
+    def _serving_window(self, history: list[dict[str, ServingState]], steps: int,
+                        snapshot) -> dict[tuple[str, str], SustainedServing]:
+        """Per replica in the snapshot, the low quantile of its pressure over the window."""
+        out = {}
+        for node in snapshot.nodes:
+            for replica in node.serving:
+                key = f"{replica.namespace}/{replica.pod}"
+                stats = _window_stats([pressure_of(state.ttft_p95_s, state.waiting, replica.target)
+                                       for state in (tick[key] for tick in history if key in tick)],
+                                      steps, self.policy.descheduler.low_quantile)
+                if stats:
+                    out[replica.namespace, replica.pod] = SustainedServing(stats.low, stats.coverage)
+        return out
+
+    def place(self, world: World, pod: SimPod) -> str | None:
+        telemetry = self.telemetry(world)
+        now = sim_time(world)
+        key = pod_key(pod.obj)
+        if "gpu-balancer.io/advice" not in pod.obj["metadata"].get("annotations", {}):
+            fresh = telemetry[2] if telemetry else None
+            ledgers = self._ledgers(world)
+            ledger = ledgers[self._admissions % len(ledgers)]
+            self._admissions += 1
+            constraints = constraints_of(pod.obj, self.policy.placement,
+                                         pod_claims(pod.obj, self._claims(world), self.policy.placement))
+            decision = decide(decode_review(json.dumps(pod_review(pod.obj)).encode()),
+                              index=fresh.index if fresh else None,
+                              telemetry_time=fresh.sampled_at if fresh else None,
+                              snapshot_age_seconds=fresh.age_seconds(now) if fresh else None,
+                              ledger=ledger, policy=self.policy.placement, now=now, claims=self._claims(world),
+                              startup=startup_costs(self.policy))
+            pod.obj = patched(pod.obj, decision.review)
+            preferred = preferred_nodes(pod.obj)
+            if preferred and telemetry is not None:
+                view = telemetry[3]
+                self._advised += 1
+                self._feasible += all(n in view.nodes and why_infeasible(constraints, view.nodes[n]) is None
+                                      for n in preferred)
+                self._preferred[key] = preferred
+        node = super().place(world, pod)
+        if node is not None and key in self._preferred:
+            self._followed += node in self._preferred.pop(key)
+        return node
+
+    def bound(self, world: World, pod: SimPod, node: str) -> None:
+        delay = math.ceil(world.scenario.bind_delay_seconds / world.scenario.tick_seconds)
+        booking = pod.obj["metadata"].get("annotations", {}).get(BOOKING_ANNOTATION, "")
+        request = gpu_request(pod.obj, self.policy.placement, pod_claims(pod.obj, self._claims(world), self.policy.placement))
+        units = request.units if request else ()
+        self._bindings.append((world.tick + delay, Binding(pod_key(pod.obj), node, units, sim_time(world), booking)))
+        self._deliver_bindings(world)
+
+    def _deliver_bindings(self, world: World) -> None:
+        while self._bindings and self._bindings[0][0] <= world.tick:
+            _, binding = self._bindings.popleft()
+            for ledger in self._ledgers(world):
+                ledger.bind(binding)
+
+    def advice_metrics(self) -> dict[str, float]:
+        if not self._advised:
+            return {}
+        return {"advice_feasible": self._feasible / self._advised, "advice_followed": self._followed / self._advised}
+
+    def deschedule(self, world: World) -> None:
+        """The production descheduler's step (`descheduler.step`) over the world's exporters."""
+        if self.telemetry(world) is None:
+            return
+        source = SimulatedTelemetry(self, world)
+        try:
+            found = step.assess(source, self.policy, lambda: sim_time(world))
+        except TelemetryError:
+            return  # stale or empty, as a real run would find it: no evictions
+        cluster = cluster_from_objects(cluster_objects(world), self.policy.placement)
+        plan = step.plan(source, found, cluster=cluster, ledger=self.evictions, policy=self.policy)
+        records = []
+        for eviction in plan.evictions:
+            pod = world.pods.get(f"{eviction.namespace}/{eviction.pod}")
+            if pod is not None:
+                recreate(world, pod)
+                world.evictions += 1
+                records.append(EvictionRecord(eviction.workload, eviction.namespace, eviction.pod, eviction.node,
+                                              found.at))
+        self.evictions = self.evictions.with_evictions(records, found.at, self.policy.descheduler)
+
+    def _busy_history(self, world: World, start: int, end: int) -> list[dict[str, float]]:
+        """Ticks `start` to `end`: each node's mean busy share, as the window's query reads it
+        under the policy's busy gauge (the world's own history where that is GPU_UTIL's reading)."""
+        busy = self.policy.telemetry.busy
+        if reads_kernel_share(busy):
+            return world.history[start:end]
+        return [{name: fmean(shares) if (shares := [busy_share(seen[0], readings[name][i], busy)
+                                                   for i, seen in gpus.items() if seen is not None]) else 0.0
+                 for name, gpus in observed.items()}
+                for observed, readings in zip(world.gpu_util[start:end], world.gpu_readings[start:end])]
+
+
+class SimulatedTelemetry:
+    """What the descheduler reads, from the simulated world's exporters as a policy sees them
+    (`telemetry_lag` late): `descheduler.step.DeschedulerTelemetry`."""
+
+    where = "the simulated exporters"
+
+    def __init__(self, balancer: GpuBalancer, world: World) -> None:
+        self._balancer, self._world = balancer, world
+        d = balancer.policy.descheduler
+        self._steps = max(1, int(d.window_seconds / world.scenario.tick_seconds))
+        self._lag = telemetry_lag(world)
+        self._quantile = d.low_quantile
+
+    def _ticks(self, length: int) -> tuple[int, int]:
+        """The window's ticks (start, end) of a per-tick series that long, as seen `lag` late."""
+        return max(0, length - self._lag - self._steps), length - self._lag
+
+    def _span(self, series: list) -> list:
+        start, end = self._ticks(len(series))
+        return series[start:end]
+
+    def snapshot(self) -> ClusterSnapshot:
+        return self._balancer.telemetry(self._world)[0]
+
+    def window(self) -> dict[str, WindowStats]:
+        world = self._world
+        history = self._balancer._busy_history(world, *self._ticks(len(world.history)))
+        found = {name: _window_stats([h[name] for h in history if name in h], self._steps, self._quantile)
+                 for name in world.nodes}
+        return {name: stats for name, stats in found.items() if stats}
+
+    def serving_window(self, snapshot: ClusterSnapshot) -> dict[tuple[str, str], SustainedServing]:
+        if not (self._balancer.reads_serving(self._world) and self._balancer.moves_on_serving):
+            return {}
+        return self._balancer._serving_window(self._span(self._world.serving), self._steps, snapshot)
+
+    def throttle_window(self) -> dict[str, WindowStats]:
+        if not self._world.gpu_readings:
+            return {}
+        readings = self._span(self._world.gpu_readings)
+        found = {name: _window_stats(_throttled_counts(readings, name), self._steps, self._quantile)
+                 for name in self._world.nodes}
+        return {name: stats for name, stats in found.items() if stats}
+
+
+class GpuBalancerServing(GpuBalancer):
+    """The former serving-aware variant's name: gpu-balancer itself now reads the serving series
+    wherever the replicas export them, as the shipped product does."""
+
+    name = SERVING_POLICY
+    about = "an alias: now gpu-balancer, which reads the serving series wherever replicas export them"
+
+
+def _window_stats(values: list[float], steps: int, quantile: float) -> WindowStats | None:
+    """A window's mean, low quantile (nearest rank, as the descheduler's windowed queries take
+    it) and coverage; None without a sample."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return WindowStats(sum(ordered) / len(ordered), ordered[min(len(ordered) - 1, int(quantile * len(ordered)))],
+                       len(ordered) / steps)
+
+
+def _throttled_counts(readings: list[dict[str, dict[int, GpuReport]]], node: str) -> list[float]:
+    """Per tick, how many of the node's GPUs a power cap or heat held down; a tick with none has
+    no sample, as `count by` returns no series then."""
+    counts = (sum(dcgm.has_reason(r.clock_reasons, dcgm.HELD_DOWN_REASONS) for r in tick.get(node, {}).values()) for tick in readings)
+    return [float(c) for c in counts if c]

@@ -1,0 +1,52 @@
+"""One refresh of what admissions read, as pure functions: a snapshot assessed (heat, ranking),
+then handed with the cluster view to the steering ledgers. The webhook's cache and the simulator
+both refresh through here. Pure, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from scoring.heat import FleetHeat, fleet_heat
+from scoring.placement import PlacementIndex, index_fleet
+from scoring.policy import BalancerPolicy
+from scoring.telemetry import ClusterSnapshot
+from scoring.view import ClusterView
+from webhook.ledger import SteeringLedger
+
+
+@dataclass(frozen=True, slots=True)
+class Telemetry:
+    """What admissions need from one refresh: the ranked fleet and how old its samples are.
+
+    Deliberately small (no per-GPU data), so that a child process can build it and hand it over
+    for the price of a short unpickle."""
+
+    index: PlacementIndex
+    sampled_at: datetime
+    """The freshest sample's time (the snapshot's own time when no sample is dated)."""
+    nodes: int
+
+    def age_seconds(self, now: datetime) -> float:
+        return max(0.0, (now - self.sampled_at).total_seconds())
+
+
+def assess(snapshot: ClusterSnapshot, policy: BalancerPolicy, now: datetime) -> Telemetry:
+    """Heat model and ranking for one snapshot. Pure."""
+    return telemetry_of(snapshot, fleet_heat(snapshot, policy.heat, now=now,
+                                             staleness_limit_seconds=policy.telemetry.staleness_limit_seconds))
+
+
+def telemetry_of(snapshot: ClusterSnapshot, fleet: FleetHeat) -> Telemetry:
+    """The ranking for a snapshot whose heat is already known (the simulator keeps the heat for
+    its descheduler too). Pure."""
+    index = index_fleet(fleet, {n.name: n.topology for n in snapshot.nodes if n.topology})
+    return Telemetry(index, snapshot.newest_sample_at or snapshot.taken_at, len(snapshot.nodes))
+
+
+def hand_over(telemetry: Telemetry, view: ClusterView | None, ledgers: Iterable[SteeringLedger]) -> None:
+    """Give each ledger the refresh's ranking and the cluster view taken with it, so admissions
+    between refreshes book against the same pair."""
+    for ledger in ledgers:
+        ledger.prepare(telemetry.index, view)

@@ -296,7 +296,7 @@ def _built_in_scenarios() -> str:
         from sim.scenario import BUILT_IN
     except ImportError:
         return "none here: the simulator is not installed"
-    return ", ".join(name for name in BUILT_IN)
+    return ", ".join(BUILT_IN)
 
 
 SIMULATOR_PARTS = ("sim", "numpy", "matplotlib")

@@ -65,6 +65,8 @@ def build_world(scenario: Scenario, seed: int) -> World:
         capacity[pool.name] += units[name]
         if not pool.taints and not pool.mig_profile:
             capacity[None] += units[name]  # unpinned services may use any untainted whole-GPU node
+    sv = scenario.serving
+    conversation = RequestMix(sv.prompt_tokens, sv.output_tokens, sv.length_sigma)
     raw_by_group: dict[str | None, float] = defaultdict(float)
     for s, r in enumerate(raw):
         raw_by_group[placement[s].name if placement[s] else None] += r
@@ -78,9 +80,9 @@ def build_world(scenario: Scenario, seed: int) -> World:
             max_replicas=max(minimum, math.ceil(demand * (1 + inf.diurnal_amplitude) * BURST / inf.max_replica_util)),
             cpu=rng.choice((4, 8, 16)),
             memory_gib=rng.choice((32, 64, 128)), template_hash=f"{rng.getrandbits(32):08x}"[:9], pool=placement[s],
-            mix=RequestMix(scenario.serving.prompt_tokens, scenario.serving.output_tokens, scenario.serving.length_sigma))
+            mix=conversation)
     models = _service_models(scenario)
-    sensitive_mix = RequestMix(inf.sensitive_prompt_tokens, inf.sensitive_output_tokens, scenario.serving.length_sigma)
+    sensitive_mix = RequestMix(inf.sensitive_prompt_tokens, inf.sensitive_output_tokens, sv.length_sigma)
     for s, service in enumerate(services.values()):
         service.model = models.get(service.pool.name if service.pool else None, DEFAULT_MODELS[0])
         if s in sensitive:

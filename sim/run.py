@@ -14,7 +14,6 @@ from sim.policies import make_policy, policies_for
 from sim.scenario import Scenario
 
 
-
 @dataclass
 class PolicyResult:
     metrics: dict[str, float]

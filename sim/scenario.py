@@ -383,12 +383,11 @@ def unit_name(pool: PoolShape) -> str:
 def kv_tokens(pool: PoolShape, model_name: str) -> int:
     """Tokens the KV cache of a replica of the model holds on one of the pool's units (≤ 0: the
     weights do not fit)."""
-    from sim.llm.engine import GPU_MEMORY_UTILIZATION, RUNTIME_RESERVE_BYTES
+    from sim.llm.engine import GPU_MEMORY_UTILIZATION, kv_capacity_tokens
     from sim.llm.hardware import model_named
 
-    model = model_named(model_name)
-    room = unit_gpu(pool).memory_bytes * GPU_MEMORY_UTILIZATION / pool.shares_per_gpu - model.weight_bytes
-    return int((room - RUNTIME_RESERVE_BYTES) // model.kv_bytes_per_token)
+    # vLLM is started with --gpu-memory-utilization 0.9 / k on a GPU shared k ways (`profile_of`).
+    return kv_capacity_tokens(unit_gpu(pool), model_named(model_name), GPU_MEMORY_UTILIZATION / pool.shares_per_gpu)
 
 
 def service_pool_groups(scenario: Scenario) -> dict[str | None, tuple[PoolShape, ...]]:

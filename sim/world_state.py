@@ -11,7 +11,7 @@ from sim.cluster_context import NO_CONTEXT, ClusterContext
 from sim.llm.profile import RequestMix
 from sim.llm.state import GpuReport, ServingState, ServingWorld
 from sim.node_state import NodeState
-from sim.scenario import PoolShape, Scenario
+from sim.scenario import PoolShape, Scenario, ServingShape
 
 BURST = 1.5
 """Traffic multiplier during a service's burst (10 minutes)."""
@@ -36,8 +36,8 @@ class Service:
     """The pool its pods are pinned to by nodeSelector (tolerating its taints), or None."""
     model: str = "Llama-3.1-8B"
     """The model its replicas serve (`sim.scenario.service_model`)."""
-    mix: RequestMix = RequestMix(1020, 129, 0.8)
-    """Its requests' lengths."""
+    mix: RequestMix = RequestMix(ServingShape.prompt_tokens, ServingShape.output_tokens, ServingShape.length_sigma)
+    """Its requests' lengths (the scenario's `serving:` lengths unless it is latency-sensitive)."""
     sensitive: bool = False
     """A latency-sensitive service (`inference.latencySensitiveShare`): its TTFT is tallied apart too."""
     host_load: float = 0.0

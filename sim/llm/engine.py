@@ -93,6 +93,13 @@ DECODE_BANDWIDTH_EFFICIENCY, STEP_OVERHEAD_S = fit_decode()
 """0.82 of memory bandwidth, 0.61 ms a step (`BENCHMARKS.md` has the fit beside the held-out figures)."""
 
 
+def kv_capacity_tokens(gpu: Gpu, model: Model, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> int:
+    """Tokens the server's KV cache holds: what its share of the GPU's memory leaves beside the
+    weights and the runtime reserve (≤ 0: the model does not fit)."""
+    room = gpu.memory_bytes * gpu_memory_utilization - model.weight_bytes
+    return int((room - RUNTIME_RESERVE_BYTES) // model.kv_bytes_per_token)
+
+
 @dataclass(slots=True)
 class Request:
     prompt_tokens: int
@@ -153,8 +160,7 @@ class Replica:
     counters: Counters = field(default_factory=Counters)
 
     def __post_init__(self) -> None:
-        room = self.gpu.memory_bytes * self.knobs.gpu_memory_utilization - self.model.weight_bytes
-        self.kv_capacity_tokens = int((room - RUNTIME_RESERVE_BYTES) // self.model.kv_bytes_per_token)
+        self.kv_capacity_tokens = kv_capacity_tokens(self.gpu, self.model, self.knobs.gpu_memory_utilization)
         if self.kv_capacity_tokens <= 0:
             raise ValueError(f"{self.model.name} does not fit on a {self.gpu.name}: its weights take "
                              f"{self.model.weight_bytes / GIB:.1f} GiB of {self.gpu.memory_bytes / GIB:.0f}")

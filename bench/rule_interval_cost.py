@@ -80,11 +80,15 @@ def main() -> None:
                 print(f"  snapshot group every {interval:>3d}s: Prometheus {cores[interval][-1]:.3f} cores over "
                       f"{args.seconds:g}s, the group's last evaluation {evaluations[interval][-1]:.2f}s", flush=True)
     first = args.intervals[0]
+    baseline = statistics.fmean(cores[first])
     for interval in args.intervals:
-        print(f"snapshot group every {interval}s: Prometheus mean {statistics.fmean(cores[interval]):.3f} cores "
+        mean = statistics.fmean(cores[interval])
+        # A tiny fleet can leave Prometheus under one clock tick of CPU in the window: no ratio then.
+        against = f"{mean / baseline:.2f}x the {first}s interval's CPU" if baseline > 0 else (
+            f"the {first}s interval's CPU was under one clock tick, no ratio")
+        print(f"snapshot group every {interval}s: Prometheus mean {mean:.3f} cores "
               f"(range {min(cores[interval]):.3f}-{max(cores[interval]):.3f}), an evaluation "
-              f"{statistics.fmean(evaluations[interval]):.2f}s; "
-              f"{statistics.fmean(cores[interval]) / statistics.fmean(cores[first]):.2f}x the {first}s interval's CPU")
+              f"{statistics.fmean(evaluations[interval]):.2f}s; {against}")
 
 
 if __name__ == "__main__":

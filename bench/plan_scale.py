@@ -64,8 +64,8 @@ def main() -> None:
     started = time.perf_counter()
     cluster = cluster_from_objects(objects, policy.placement)
     parsed = time.perf_counter()
-    plan = plan_evictions(fleet=fleet, snapshot=snapshot, window=window, cluster=cluster, ledger=LedgerState(),
-                          policy=policy.descheduler, now=now)
+    plan = plan_evictions(fleet=fleet, snapshot=snapshot, windows={"utilisation": window}, cluster=cluster,
+                          ledger=LedgerState(), policy=policy.descheduler, now=now)
     done = time.perf_counter()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{len(cluster.nodes)} nodes, {len(cluster.pods)} pods, {len(plan.hot_nodes)} sustained-hot nodes")

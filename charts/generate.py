@@ -87,7 +87,10 @@ def schema_of(kind, path: str = "") -> dict:
             if f.name in docs:
                 prop["description"] = docs[f.name]
             properties[key] = prop
-        return {"type": "object", "additionalProperties": False, "properties": properties}
+        required = [camel_case(f.name) for f in dataclasses.fields(kind) if f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING]
+        return {"type": "object", "additionalProperties": False, "properties": properties,
+                **({"required": required} if required else {})}
     if origin in (typing.Union, types.UnionType):
         (present,) = (arg for arg in typing.get_args(kind) if arg is not type(None))
         inner = schema_of(present, path)
@@ -95,6 +98,8 @@ def schema_of(kind, path: str = "") -> dict:
     if origin is tuple:
         return {"type": "array", "items": schema_of(typing.get_args(kind)[0], path)}
     if origin is dict:
+        if typing.get_args(kind)[1] is typing.Any:  # checked by its owner (a strategy's arguments)
+            return {"type": "object"}
         return {"type": "object", "additionalProperties": {"type": "string"}}
     return {"type": {bool: "boolean", int: "integer", float: "number", str: "string"}[kind]}
 
@@ -103,7 +108,8 @@ def _default_text(value) -> str:
     if dataclasses.is_dataclass(value):
         value = {camel_case(f.name): getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
-        return "[" + ", ".join(getattr(item, "name", "") or "{...}" for item in value) + "]  (scoring/policy.py)"
+        names = ", ".join(f"{{name: {item.name}}}" if getattr(item, "name", "") else "{...}" for item in value)
+        return f"[{names}]  (scoring/policy.py)"
     if isinstance(value, tuple):
         value = list(value)
     return json.dumps(value, ensure_ascii=False)

@@ -1,7 +1,8 @@
 """Eviction planning: the strategies' sources merged under the limits, the opt-in, the ledger and
 the payback rule. Pure, no I/O.
 
-Each strategy (`descheduler.strategies`: health, utilisation, throttling, serving) names its
+Each strategy the policy turns on (`descheduler.strategies`: health, utilisation, throttling,
+serving by default) names its
 source nodes, why, how much each must shed and in what order its pods go. A pod is evicted only
 when a cool node that the pod could be scheduled on (its selector, affinity, tolerations:
 `scoring.feasibility`) has free GPUs of the kind it needs; that capacity is reserved as the plan
@@ -21,12 +22,11 @@ from descheduler.filters import why_not_evictable
 from descheduler.ledger import LedgerState
 from descheduler.payback import Payback, payback
 from descheduler.proposals import Limit, Plan, PlannedEviction, Skip
-from descheduler.strategies import STRATEGIES, Candidate, PlanInputs, Source
+from descheduler.strategies import Candidate, PlanInputs, Source, Strategy, configure
 from scoring.feasibility import why_infeasible
 from scoring.heat import FleetHeat, NodeHeat, Tier
 from scoring.policy import DeschedulerPolicy
-from scoring.serving import SustainedServing
-from scoring.telemetry import ClusterSnapshot, WindowStats
+from scoring.telemetry import ClusterSnapshot
 
 __all__ = ["Limit", "Plan", "PlannedEviction", "Skip", "plan_evictions"]
 
@@ -42,18 +42,19 @@ def _contribution(snapshot: ClusterSnapshot, pod: PodInfo) -> float:
     return 0.0
 
 
-def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, window: Mapping[str, WindowStats],
+def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, windows: Mapping[str, Mapping],
                    cluster: Cluster, ledger: LedgerState, policy: DeschedulerPolicy, now: datetime,
-                   serving_window: Mapping[tuple[str, str], SustainedServing] | None = None,
-                   throttle_window: Mapping[str, WindowStats] | None = None) -> Plan:
+                   strategies: tuple[Strategy, ...] | None = None) -> Plan:
+    """`windows`: those the strategies declare, by name (`descheduler.strategies.WINDOWS`);
+    `strategies`: the policy's (`configure`) unless given."""
+    strategies = configure(policy) if strategies is None else strategies
     heat = {n.name: n for n in fleet.nodes}
-    inputs = PlanInputs(heat, snapshot, window, serving_window or {}, policy, cluster.running_replicas(),
-                        throttle_window or {})
+    inputs = PlanInputs(heat, snapshot, windows, policy, cluster.running_replicas())
     sources: list[Source] = []
-    for strategy in STRATEGIES:
+    for strategy in strategies:
         sources += strategy.sources(inputs, {s.node for s in sources})
     source_names = {s.node for s in sources}
-    notes = [note for strategy in STRATEGIES for note in strategy.notes(inputs, source_names)]
+    notes = [note for strategy in strategies for note in strategy.notes(inputs, source_names)]
     spare = _spare(heat, source_names, cluster, policy)
     if sources and not any(spare.values()):
         notes.append(f"no node below {policy.target_util_percent:g}% has free GPUs: nothing can move")

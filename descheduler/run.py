@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from kubernetes import client
 
@@ -16,10 +17,10 @@ from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler.ledger_store import LedgerConflict, load_ledger, record_evictions, save_summary
 from descheduler import step
 from descheduler.plan import Plan
+from descheduler.strategies.base import SERVING, THROTTLING, UTILISATION, WINDOWS
 from descheduler.summary import RunSummary, summarise
 from scoring.policy import BalancerPolicy
-from scoring.serving import SustainedServing
-from scoring.telemetry import ClusterSnapshot, WindowStats
+from scoring.telemetry import ClusterSnapshot
 from scoring.prometheus import (QueryFn, read_serving_window, read_snapshot, read_throttle_window,
                                 read_window)
 
@@ -96,14 +97,14 @@ class PrometheusTelemetry:
     def snapshot(self) -> ClusterSnapshot:
         return read_snapshot(self._query, self._policy)
 
-    def window(self) -> dict[str, WindowStats]:
-        return read_window(self._query, self._policy)
-
-    def serving_window(self, snapshot: ClusterSnapshot) -> dict[tuple[str, str], SustainedServing]:
-        return read_serving_window(self._query, self._policy, snapshot)
-
-    def throttle_window(self) -> dict[str, WindowStats]:
-        return read_throttle_window(self._query, self._policy)
+    def window(self, name: str, snapshot: ClusterSnapshot) -> Mapping[Any, Any]:
+        if name == UTILISATION:
+            return read_window(self._query, self._policy)
+        if name == SERVING:
+            return read_serving_window(self._query, self._policy, snapshot)
+        if name == THROTTLING:
+            return read_throttle_window(self._query, self._policy)
+        raise KeyError(f"no {name!r} window: Prometheus serves {', '.join(WINDOWS)}")
 
 
 def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: Callable[[], datetime],

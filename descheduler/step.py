@@ -8,36 +8,29 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from descheduler.cluster import Cluster
 from descheduler.ledger import LedgerState
 from descheduler.plan import Plan, plan_evictions
+from descheduler.strategies import configure
 from scoring.errors import TelemetryError
 from scoring.heat import FleetHeat, fleet_heat
 from scoring.policy import BalancerPolicy
-from scoring.serving import SustainedServing
-from scoring.telemetry import ClusterSnapshot, WindowStats
+from scoring.telemetry import ClusterSnapshot
 
 
 class DeschedulerTelemetry(Protocol):
-    """What a descheduler step reads, asked in this order (each only when the step gets that far)."""
+    """What a descheduler step reads: the snapshot, then the windows its strategies declare."""
 
     where: str
     """Where the telemetry comes from, for messages ("Prometheus at http://…")."""
 
     def snapshot(self) -> ClusterSnapshot: ...
 
-    def window(self) -> Mapping[str, WindowStats]:
-        """Each node's utilisation over `descheduler.windowSeconds`."""
-        ...
-
-    def serving_window(self, snapshot: ClusterSnapshot) -> Mapping[tuple[str, str], SustainedServing]:
-        """Each serving replica the snapshot shows, over the same window."""
-        ...
-
-    def throttle_window(self) -> Mapping[str, WindowStats]:
-        """Each node's count of GPUs held below their clocks over the window (asked only while some is)."""
+    def window(self, name: str, snapshot: ClusterSnapshot) -> Mapping[Any, Any]:
+        """The window of that name (`descheduler.strategies.WINDOWS`) over `descheduler.windowSeconds`,
+        for what the snapshot shows. KeyError for a name the source cannot serve."""
         ...
 
 
@@ -65,10 +58,10 @@ def assess(source: DeschedulerTelemetry, policy: BalancerPolicy, now: Callable[[
 
 def plan(source: DeschedulerTelemetry, found: Assessment, *, cluster: Cluster, ledger: LedgerState,
          policy: BalancerPolicy) -> Plan:
-    """The step's evictions, from the assessed fleet and the windows the source reads."""
-    return plan_evictions(fleet=found.fleet, snapshot=found.snapshot, window=source.window(), cluster=cluster,
-                          ledger=ledger, policy=policy.descheduler, now=found.at,
-                          serving_window=source.serving_window(found.snapshot),
-                          # Only a node throttled now can be a throttling source: no query otherwise.
-                          throttle_window=source.throttle_window() if any(
-                              node.throttled for node in found.fleet.nodes) else {})
+    """The step's evictions, from the assessed fleet and the windows its strategies declare for it
+    (each read once, and none that no strategy asked for)."""
+    strategies = configure(policy.descheduler)
+    needed = dict.fromkeys(name for strategy in strategies for name in strategy.windows(found.fleet))
+    windows = {name: source.window(name, found.snapshot) for name in needed}
+    return plan_evictions(fleet=found.fleet, snapshot=found.snapshot, windows=windows, cluster=cluster,
+                          ledger=ledger, policy=policy.descheduler, now=found.at, strategies=strategies)

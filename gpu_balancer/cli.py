@@ -15,9 +15,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from descheduler.strategies import configure
 from scoring.heat import fleet_heat
 from scoring.policy import DEFAULT_SERVERS, BalancerPolicy, PolicyError, default_policy, parse_policy, yaml_problem
 from scoring.prometheus import TelemetryError, connect, read_snapshot
+from scoring.signals import registry as signals
 from scoring.queries import utilisation_selector
 
 
@@ -131,6 +133,9 @@ def load_policy(path: str | None, prometheus_url: str | None = None, *, reads_pr
     if path:
         try:
             policy = parse_policy(read_text(path, "policy"))
+            # A bad signal or strategy entry stops every command, not a refresh or a CronJob run later.
+            configure(policy.descheduler)
+            signals.configured(policy.heat)
         except PolicyError as error:
             raise UsageError(f"policy {path}: {error}") from None
     if prometheus_url:

@@ -132,6 +132,16 @@ class TelemetryPolicy:
 
 
 @dataclass(frozen=True)
+class PluginChoice:
+    """A registered node signal (`heat.signals`) or descheduler strategy (`descheduler.strategies`)
+    by name, and its arguments, which that plugin decodes and checks (camelCase keys, as everywhere
+    here): `scoring.plugins`."""
+
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class HeatPolicy:
     warm_util_percent: float = 50.0
     """Mean GPU utilisation (%) from which a node is warm: half busy leaves little burst room."""
@@ -148,6 +158,9 @@ class HeatPolicy:
     warm_serving_fraction: float = 0.8
     """Share of its serving target (`serving`) at which a replica makes its node warm; at the
     target itself the node is hot (`slow-serving`). 80 %: queues grow steeply just below it."""
+    signals: tuple[PluginChoice, ...] = ()
+    """The node signals asked for and judged, each `{name, args}`; one left out is off; none given:
+    every registered one with its defaults. Names and arguments: README, "Adding a signal"."""
 
 
 @dataclass(frozen=True)
@@ -285,6 +298,10 @@ class DeschedulerPolicy:
     dry_run: bool = True
     """Report what would be evicted (JSON output and `WouldEvict` Events) and evict nothing. On by
     default and in the shipped base: a new install shows its choices before it acts on them."""
+    strategies: tuple[PluginChoice, ...] = ()
+    """The strategies a run uses, in order (a node an earlier one claims is not offered to a later
+    one), each `{name, args}`; one left out is off; none given: every registered one with its
+    defaults, in the registry's order. Names and arguments: README, "What the descheduler does"."""
 
 
 @dataclass(frozen=True)
@@ -489,6 +506,10 @@ def validate_policy(policy: BalancerPolicy) -> None:
              "restartCostSeconds and startupSeconds must not be negative")
     _require(d.image_pull_bytes_per_second > 0 and d.weight_load_bytes_per_second > 0,
              "descheduler.imagePullBytesPerSecond", "imagePullBytesPerSecond and weightLoadBytesPerSecond must be positive")
+    for path, kind, choices in (("descheduler.strategies", "strategy", d.strategies),
+                                ("heat.signals", "signal", heat.signals)):
+        names = [choice.name for choice in choices]
+        _require(len(set(names)) == len(names), path, f"names a {kind} more than once")
     _validate_serving(policy.serving, heat.warm_serving_fraction)
     _require(bool(prom.basic_auth.username) == bool(prom.basic_auth.password_file),
              "prometheus.basicAuth", "needs both username and passwordFile")
@@ -556,6 +577,10 @@ def decode_fields(kind: Any, value: Any, path: str) -> Any:
             raise PolicyError(f"{where}: expected a list, got {type(value).__name__}")
         return tuple(decode_fields(item_kind, item, f"{where}[{i}]") for i, item in enumerate(value))
     if origin is dict:
+        if typing.get_args(kind)[1] is Any:  # decoded later by whoever owns it (a strategy's arguments)
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise PolicyError(f"{where}: expected a mapping")
+            return dict(value)
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             raise PolicyError(f"{where}: expected a mapping of strings to strings")
         return dict(value)

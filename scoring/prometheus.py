@@ -260,7 +260,7 @@ def _read_rows(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], date
     keys = topology_keys(policy)
     queries = snapshot_queries(policy.prometheus.selector_matchers,
                                lookback_seconds=policy.telemetry.vanish_lookback_seconds,
-                               busy=policy.telemetry.busy, topology_keys=keys)
+                               busy=policy.telemetry.busy, topology_keys=keys, heat=policy.heat)
     if recorded:
         # Each record by the raw query it stands for (a replacement record has none).
         stands_for = {name: expr for name, expr in queries.items() if name not in RECORDED_INSTEAD}

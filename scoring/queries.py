@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from scoring import dcgm
 from scoring.signals import registry as signals
 from scoring.signals.base import BY_NODE as _NODE, BY_UNIT
-from scoring.policy import BalancerPolicy
+from scoring.policy import BalancerPolicy, HeatPolicy
 from scoring.rows import selector
 from scoring.series import EXPORTER_HINTS, ksm_label_name
 
@@ -24,7 +24,7 @@ def utilisation_selector(matchers: str, *extra: str) -> str:
 
 
 def snapshot_queries(matchers: str, *, lookback_seconds: float, busy: dcgm.BusyMeasure,
-                     topology_keys: Sequence[str] = ()) -> dict[str, str]:
+                     topology_keys: Sequence[str] = (), heat: HeatPolicy = HeatPolicy()) -> dict[str, str]:
     """Every instant query a snapshot needs, by the row-set name `scoring.series` reads.
 
     Each DCGM gauge is scanned once: Prometheus aggregates per node where the figure is a sum or a
@@ -62,7 +62,7 @@ def snapshot_queries(matchers: str, *, lookback_seconds: float, busy: dcgm.BusyM
         "sums": f"sum by (__name__, {_NODE}) ({per_gpu} ({selector('', matchers, summed)}))",
         "fb_counts": f"count by (__name__, {_NODE}) ({per_gpu} ({selector('', matchers, framebuffer)}))",
         **placeable_memory_queries(matchers),
-        **signals.queries(matchers),  # temperature, throttling, XIDs: a few rows per node
+        **signals.queries(matchers, heat),  # temperature, throttling, XIDs, host CPU: a few rows per node
         # Functions drop the metric name, so each gauge is reduced on its own before the union.
         "seen_recently": f"count by ({_NODE}) ({' or '.join(recently)})",
         # Every GPU node has a GPU 0: its samples date the fleet at an eighth of the cost of all GPUs.

@@ -77,7 +77,7 @@ def _queries(policy: BalancerPolicy, topology_keys: Sequence[str], fingerprint_:
     first: later ones read earlier ones), and the window's per-node utilisation."""
     telemetry, matchers = policy.telemetry, policy.prometheus.selector_matchers
     snapshot = snapshot_queries(matchers, lookback_seconds=telemetry.vanish_lookback_seconds,
-                                busy=telemetry.busy, topology_keys=topology_keys)
+                                busy=telemetry.busy, topology_keys=topology_keys, heat=policy.heat)
     replacements = replacement_records(matchers, busy=telemetry.busy,
                                        recorded=lambda name, *extra: record_selector(name, fingerprint_, *extra))
     per_node = {name: expr for name, expr in snapshot.items() if name not in RECORDED_INSTEAD}

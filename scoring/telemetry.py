@@ -204,6 +204,13 @@ class NodeTelemetry:
     placeable_fb: Framebuffer | None = None
     """Framebuffer over the GPUs a new pod could take or share (`scoring.memory`); None where the
     exporters' figures do not say which GPUs pods hold, and the whole node's figures stand in."""
+    readings: tuple[tuple[str, float], ...] = ()
+    """(name, value) of every reading a signal keeps by name rather than in a field of its own
+    (`scoring.signals`), sorted by name."""
+
+    def reading(self, name: str) -> float | None:
+        """A signal's reading by name; None where its exporter reported nothing for the node."""
+        return next((value for key, value in self.readings if key == name), None)
 
     @property
     def memory_used_fraction(self) -> float | None:

@@ -76,7 +76,7 @@ def build_world(scenario: Scenario, seed: int) -> World:
         demand = r * inf.mean_demand_fraction * capacity[group] / max(raw_by_group[group], 1e-9)
         minimum = 1 if demand < 0.3 else 2
         services[f"svc-{s:02d}"] = Service(
-            name=f"svc-{s:02d}", demand=demand, phase=rng.uniform(0, 2 * math.pi), min_replicas=minimum,
+            name=f"svc-{s:02d}", demand=demand, phase=rng.uniform(-1, 1), min_replicas=minimum,
             max_replicas=max(minimum, math.ceil(demand * (1 + inf.diurnal_amplitude) * BURST / inf.max_replica_util)),
             cpu=rng.choice((4, 8, 16)),
             memory_gib=rng.choice((32, 64, 128)), template_hash=f"{rng.getrandbits(32):08x}"[:9], pool=placement[s],

@@ -109,6 +109,15 @@ class InferenceShape:
     replica's queue onset (the top of `sim.llm.profile.UTILISATION_GRID`, of its saturation rate),
     so a service at its cap is at the edge of queueing, not past it by design."""
     diurnal_amplitude: float = 0.3
+    """Demand swings ±this around its mean over a 24-hour day, one clock for every service (their
+    peaks within an hour of each other): peak to trough 1.86 at 0.3. Assumption: no LLM trace
+    we could read gives the ratio (BurstGPT and Azure's traces show the daily cycle only as
+    figures); tianpan.co, "Diurnal latency" (2026-05-09), describes provider queue depth
+    doubling at the weekday peak, the order of this."""
+    peak_hour: float = 14.0
+    """The hour of the day's peak: the end of the 8:00–14:00 weekday peak that post describes."""
+    start_hour: float = 8.0
+    """The hour the scenario starts at: the morning ramp, where demand changes fastest (assumption)."""
     bursts_per_hour: float = 0.5
     rollouts_per_service_per_day: float = 4.0
     autoscale_every_ticks: int = 4
@@ -445,6 +454,7 @@ def _ranges(scenario: Scenario) -> list[tuple[str, bool, str]]:
         within("inference.targetUtil", inf.target_util, 0, 1, open_low=True),
         within("inference.maxReplicaUtil", inf.max_replica_util, 0, 1, open_low=True),
         within("inference.diurnalAmplitude", inf.diurnal_amplitude, 0, 1, open_high=True),
+        within("inference.peakHour", inf.peak_hour, 0, 24), within("inference.startHour", inf.start_hour, 0, 24),
         at_least("inference.burstsPerHour", inf.bursts_per_hour, 0),
         at_least("inference.rolloutsPerServicePerDay", inf.rollouts_per_service_per_day, 0),
         at_least("inference.autoscaleEveryTicks", inf.autoscale_every_ticks, 1),

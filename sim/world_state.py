@@ -23,6 +23,7 @@ class Service:
     demand: float
     """Mean demand in fully-busy GPUs."""
     phase: float
+    """Hours the service's daily peak is offset from the fleet's."""
     min_replicas: int
     max_replicas: int
     cpu: int
@@ -112,8 +113,9 @@ class World:
 
 
 def demand_now(world: World, service: Service) -> float:
-    hours = world.now_seconds / 3600
-    diurnal = 1 + world.scenario.inference.diurnal_amplitude * math.sin(2 * math.pi * hours / 24 * 4 + service.phase)
+    inf = world.scenario.inference
+    hour_of_day = inf.start_hour + world.now_seconds / 3600
+    diurnal = 1 + inf.diurnal_amplitude * math.cos(2 * math.pi * (hour_of_day - inf.peak_hour - service.phase) / 24)
     burst = BURST if world.tick < service.burst_until else 1.0
     return service.demand * diurnal * burst
 

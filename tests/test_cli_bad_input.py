@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -174,3 +173,14 @@ def test_port_zero_means_any_free_port_and_the_server_says_which():
     finally:
         server.terminate()
         server.wait()
+
+
+def test_a_bad_descheduler_strategy_stops_every_command_that_loads_the_policy(tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("descheduler:\n  strategies: [{name: health}, {name: binpack}]\n")
+    for argv in (["status", "--config", str(policy)],
+                 ["deschedule", "--config", str(policy), "--cluster-file", "/nonexistent"]):
+        code, output = run(argv)
+        assert code in (1, 2), (argv, output)
+        assert "descheduler.strategies[1].name: unknown strategy 'binpack' (known: health, utilisation, throttling, " \
+               "serving)" in output, output

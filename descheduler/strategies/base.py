@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from descheduler.cluster import PodInfo
 from descheduler.proposals import Skip
-from scoring.heat import NodeHeat
+from scoring.heat import FleetHeat, NodeHeat
 from scoring.policy import DeschedulerPolicy
 from scoring.serving import SustainedServing
 from scoring.telemetry import ClusterSnapshot, WindowStats
@@ -25,16 +25,32 @@ class PlanInputs:
 
     heat: Mapping[str, NodeHeat]
     snapshot: ClusterSnapshot
-    window: Mapping[str, WindowStats]
-    """Each node's utilisation over `descheduler.windowSeconds`."""
-    serving_window: Mapping[tuple[str, str], SustainedServing]
-    """Each serving replica's pressure over the same window."""
+    windows: Mapping[str, Mapping[Any, Any]]
+    """The windows the run's strategies declared (`Strategy.windows`), by name (`WINDOWS`)."""
     policy: DeschedulerPolicy
     running: Counter
     """Workload → its running replicas."""
-    throttle_window: Mapping[str, WindowStats] = field(default_factory=dict)
-    """Each node's count of GPUs held below their clocks by a power cap or heat, over the window;
-    read only where some node is throttled now."""
+
+    @property
+    def utilisation(self) -> Mapping[str, WindowStats]:
+        return self.windows.get(UTILISATION, {})
+
+    @property
+    def serving(self) -> Mapping[tuple[str, str], SustainedServing]:
+        return self.windows.get(SERVING, {})
+
+    @property
+    def throttling(self) -> Mapping[str, WindowStats]:
+        return self.windows.get(THROTTLING, {})
+
+
+UTILISATION, SERVING, THROTTLING = "utilisation", "serving", "throttling"
+WINDOWS = {
+    UTILISATION: "each node's GPU utilisation over `descheduler.windowSeconds`",
+    SERVING: "each serving replica's pressure against its target over the same window",
+    THROTTLING: "each node's count of GPUs a power cap or heat held below their clocks over the window",
+}
+"""What a telemetry source serves a strategy by name (`descheduler.step.DeschedulerTelemetry.window`)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +74,10 @@ class Source:
 class Strategy(Protocol):
     name: str
 
+    def windows(self, fleet: FleetHeat) -> tuple[str, ...]:
+        """The windows (`WINDOWS`) this run needs read for it; only those are asked of the source."""
+        ...
+
     def sources(self, inputs: PlanInputs, taken: set[str]) -> list[Source]:
         """The nodes this strategy moves pods from, first first; none of `taken`, which earlier
         strategies claimed."""
@@ -66,3 +86,4 @@ class Strategy(Protocol):
     def notes(self, inputs: PlanInputs, sources: set[str]) -> list[str]:
         """What the run should say about nodes this strategy looked at and left."""
         ...
+

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from descheduler.proposals import Skip
 from descheduler.strategies.base import Candidate, PlanInputs, Source
+from scoring.heat import FleetHeat
+from scoring.plugins import NoArgs, Registration
 
 
 class Health:
     name = "health"
+
+    def windows(self, fleet: FleetHeat) -> tuple[str, ...]:
+        return ()
 
     def sources(self, inputs: PlanInputs, taken: set[str]) -> list[Source]:
         """Nodes with a workload pod on a failed GPU, by name."""
@@ -43,4 +48,4 @@ class Health:
         return order
 
 
-STRATEGY = Health()
+REGISTRATION = Registration("health", NoArgs, lambda args: Health())

@@ -6,20 +6,33 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from descheduler.proposals import Skip
-from descheduler.strategies.base import Candidate, PlanInputs, Source
-from scoring.heat import SLOW_SERVING, Tier
+from descheduler.strategies.base import SERVING, Candidate, PlanInputs, Source
+from scoring.heat import SLOW_SERVING, FleetHeat, Tier
+from scoring.plugins import Registration
 from scoring.policy import DeschedulerPolicy
 from scoring.serving import ServingReplica, SustainedServing
 
 
+@dataclass(frozen=True)
+class Args:
+    min_low_pressure: float = 1.0
+    """What a replica's pressure (its figure over its target) must reach at the window's low
+    quantile: 1, over target for nearly the whole window."""
+
+    def validate(self) -> list[str]:
+        return [] if self.min_low_pressure > 0 else [f"minLowPressure: must be positive, got {self.min_low_pressure}"]
+
+
 def sustained_slow_serving(replicas: tuple[ServingReplica, ...], stats: Mapping[tuple[str, str], SustainedServing],
-                           policy: DeschedulerPolicy) -> tuple[str | None, tuple[ServingReplica, ...]]:
+                           policy: DeschedulerPolicy, args: Args = Args()
+                           ) -> tuple[str | None, tuple[ServingReplica, ...]]:
     """Why the node counts as sustained slow-serving (or None), and its replicas over target for
     the window, in the order given (`NodeTelemetry.serving`: the one missing its target most first)."""
     over = tuple(r for r in replicas if r.node_bound and (s := stats.get((r.namespace, r.pod))) is not None
-                 and s.coverage >= policy.min_window_coverage and s.pressure_low >= 1.0)
+                 and s.coverage >= policy.min_window_coverage and s.pressure_low >= args.min_low_pressure)
     if not over:
         return None, ()
     low = stats[over[0].namespace, over[0].pod].pressure_low
@@ -62,7 +75,13 @@ def victims(candidates: list[Candidate], over: tuple[ServingReplica, ...], runni
 
 
 class Serving:
-    name = "serving"
+    name = SERVING
+
+    def __init__(self, args: Args = Args()) -> None:
+        self.args = args
+
+    def windows(self, fleet: FleetHeat) -> tuple[str, ...]:
+        return (SERVING,)
 
     def sources(self, inputs: PlanInputs, taken: set[str]) -> list[Source]:
         """Sustained slow-serving nodes, the one whose worst replica misses its target most first."""
@@ -70,7 +89,7 @@ class Serving:
         for name, n in inputs.heat.items():
             if n.tier is Tier.HOT and n.slow_serving and name not in taken and (
                     node := inputs.snapshot.by_name.get(name)):
-                reason, over = sustained_slow_serving(node.serving, inputs.serving_window, inputs.policy)
+                reason, over = sustained_slow_serving(node.serving, inputs.serving, inputs.policy, self.args)
                 if reason:
                     found[name] = (reason, over)
         ordered = sorted(found.items(), key=lambda item: (-item[1][1][0].pressure, item[0]))
@@ -85,4 +104,4 @@ class Serving:
         return lambda candidates, skipped: victims(candidates, over, running, skipped)
 
 
-STRATEGY = Serving()
+REGISTRATION = Registration(SERVING, Args, Serving)

@@ -7,8 +7,9 @@ quantile, with enough samples): a spike of seconds never triggers an eviction.""
 from __future__ import annotations
 
 from descheduler.proposals import Skip
-from descheduler.strategies.base import Candidate, PlanInputs, Source
-from scoring.heat import Tier
+from descheduler.strategies.base import UTILISATION, Candidate, PlanInputs, Source
+from scoring.heat import FleetHeat, Tier
+from scoring.plugins import NoArgs, Registration
 from scoring.policy import DeschedulerPolicy
 from scoring.telemetry import WindowStats
 
@@ -39,20 +40,23 @@ def not_sustained(stats: WindowStats | None, policy: DeschedulerPolicy) -> str:
 
 
 class Utilisation:
-    name = "utilisation"
+    name = UTILISATION
+
+    def windows(self, fleet: FleetHeat) -> tuple[str, ...]:
+        return (UTILISATION,)
 
     def sources(self, inputs: PlanInputs, taken: set[str]) -> list[Source]:
         """Sustained-hot nodes, the hottest over the window first."""
         found = [(name, reason) for name, n in inputs.heat.items() if name not in taken and n.tier is Tier.HOT
-                 and (reason := sustained_hot(name, inputs.window.get(name), inputs.policy))]
-        found.sort(key=lambda item: -inputs.window[item[0]].mean)
+                 and (reason := sustained_hot(name, inputs.utilisation.get(name), inputs.policy))]
+        found.sort(key=lambda item: -inputs.utilisation[item[0]].mean)
         return [self._source(inputs, name, reason) for name, reason in found]
 
     def notes(self, inputs: PlanInputs, sources: set[str]) -> list[str]:
         """The nodes `status` shows hot that this run does not act on, and why."""
         notes = [] if sources else ["no node has been hot over the whole window"]
         hot_now = sorted(name for name, n in inputs.heat.items() if n.tier is Tier.HOT and name not in sources)
-        notes += [f"{name} is hot now but not sustained-hot: {not_sustained(inputs.window.get(name), inputs.policy)}"
+        notes += [f"{name} is hot now but not sustained-hot: {not_sustained(inputs.utilisation.get(name), inputs.policy)}"
                   for name in hot_now[:MAX_NOT_SUSTAINED_NOTES]]
         if len(hot_now) > MAX_NOT_SUSTAINED_NOTES:
             notes.append(f"{len(hot_now) - MAX_NOT_SUSTAINED_NOTES} more node(s) hot now but not sustained-hot")
@@ -75,4 +79,6 @@ class Utilisation:
         return Source(name, reason, excess, order, sheds=lambda share: share)
 
 
-STRATEGY = Utilisation()
+REGISTRATION = Registration(UTILISATION, NoArgs, lambda args: Utilisation())
+"""Its thresholds are the descheduler's own (`sustainedUtilPercent`, `lowQuantileUtilPercent`):
+`targetUtilPercent`, which every strategy's destinations share, is checked against them."""

@@ -26,6 +26,9 @@ class NodeSignal(Protocol):
     problem), so the recording rules record them as they are (`scoring.recording`)."""
 
     name: str
+    exporters: tuple[str, ...]
+    """Whose series it reads. A signal of dcgm-exporter's series reads GPU samples the same way
+    (`aggregate`); one of other exporters' has no GPU samples to aggregate."""
 
     def queries(self, matchers: str) -> dict[str, str]:
         """Instant PromQL by row-set name; `matchers` is the policy's series selector."""

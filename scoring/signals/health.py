@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scoring import dcgm
+from scoring.plugins import NoArgs, Registration
 from scoring.policy import HeatPolicy
 from scoring.rows import Series, selector
 from scoring.signals.base import BY_UNIT, NodeOf, Rows
@@ -25,6 +26,7 @@ def failed_gpus(node: NodeTelemetry, policy: HeatPolicy) -> tuple[tuple[str, int
 
 class Health:
     name = "health"
+    exporters = ("dcgm-exporter",)
 
     def queries(self, matchers: str) -> dict[str, str]:
         # Filter before grouping: only GPUs with an XID are hashed into groups.
@@ -49,4 +51,4 @@ class Health:
         return None
 
 
-SIGNAL = Health()
+REGISTRATION = Registration("health", NoArgs, lambda args: Health())

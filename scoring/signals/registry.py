@@ -5,19 +5,35 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from scoring.plugins import Registration, build_all
 from scoring.policy import HeatPolicy
 from scoring.rows import Series
-from scoring.signals import health, temperature, throttling
+from scoring.signals import health, host_cpu, temperature, throttling
 from scoring.signals.base import NodeOf, NodeSignal, Rows
 from scoring.telemetry import GpuSample, NodeTelemetry
 from scoring.tiers import Verdict
 
-SIGNALS: tuple[NodeSignal, ...] = (temperature.SIGNAL, throttling.SIGNAL, health.SIGNAL)
+REGISTERED: dict[str, Registration[NodeSignal]] = {r.name: r for r in (
+    temperature.REGISTRATION, throttling.REGISTRATION, health.REGISTRATION, host_cpu.REGISTRATION)}
+SIGNALS: tuple[NodeSignal, ...] = tuple(r.build(r.args()) for r in REGISTERED.values())
+"""Every signal with its default arguments: what reading rows and explaining reasons use (a signal
+the policy turned off has no rows and gives no reasons)."""
+
+_built: dict[str, tuple[NodeSignal, ...]] = {}
 
 
-def queries(matchers: str) -> dict[str, str]:
-    """Every signal's instant queries, by row-set name."""
-    return {name: expr for signal in SIGNALS for name, expr in signal.queries(matchers).items()}
+def configured(policy: HeatPolicy) -> tuple[NodeSignal, ...]:
+    """The signals `heat.signals` turns on, each built from its arguments (built once per choice).
+    PolicyError naming the entry for an unknown name or an argument that does not fit."""
+    key = repr(policy.signals)
+    if key not in _built:
+        _built[key] = build_all(policy.signals, REGISTERED, "heat.signals", "signal")
+    return _built[key]
+
+
+def queries(matchers: str, policy: HeatPolicy) -> dict[str, str]:
+    """The instant queries of every signal the policy turns on, by row-set name."""
+    return {name: expr for signal in configured(policy) for name, expr in signal.queries(matchers).items()}
 
 
 def aggregate(samples: Sequence[GpuSample]) -> dict[str, list[Series]]:
@@ -26,16 +42,23 @@ def aggregate(samples: Sequence[GpuSample]) -> dict[str, list[Series]]:
 
 
 def read(rows: Rows, node_of: NodeOf) -> dict[str, dict[str, Any]]:
-    """Node → the `NodeTelemetry` fields every signal fills."""
+    """Node → the `NodeTelemetry` fields every signal fills; the readings signals keep by name
+    (a `readings` mapping from each) joined into one."""
     fields: dict[str, dict[str, Any]] = {}
+    readings: dict[str, dict[str, float]] = {}
     for signal in SIGNALS:
         for node, found in signal.read(rows, node_of).items():
+            found = dict(found)
+            readings.setdefault(node, {}).update(found.pop("readings", {}))
             fields.setdefault(node, {}).update(found)
+    for node, named in readings.items():
+        if named:
+            fields.setdefault(node, {})["readings"] = tuple(sorted(named.items()))
     return fields
 
 
 def verdicts(node: NodeTelemetry, policy: HeatPolicy) -> list[Verdict]:
-    return [verdict for signal in SIGNALS for verdict in signal.verdicts(node, policy)]
+    return [verdict for signal in configured(policy) for verdict in signal.verdicts(node, policy)]
 
 
 def explain(reasons: Sequence[str]) -> str | None:

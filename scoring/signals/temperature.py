@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scoring import dcgm
+from scoring.plugins import NoArgs, Registration
 from scoring.policy import HeatPolicy
 from scoring.rows import Series, selector
 from scoring.signals.base import BY_NODE, NodeOf, Rows
@@ -15,6 +16,7 @@ from scoring.tiers import Tier, Verdict
 
 class Temperature:
     name = "temperature"
+    exporters = ("dcgm-exporter",)
 
     def queries(self, matchers: str) -> dict[str, str]:
         return {"temperature_max": f"max by ({BY_NODE}) ({selector(dcgm.GPU_TEMP, matchers)})"}
@@ -43,4 +45,4 @@ class Temperature:
         return None
 
 
-SIGNAL = Temperature()
+REGISTRATION = Registration("temperature", NoArgs, lambda args: Temperature())

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scoring import dcgm
+from scoring.plugins import NoArgs, Registration
 from scoring.policy import HeatPolicy
 from scoring.rows import Series, selector
 from scoring.signals.base import BY_NODE, BY_UNIT, NodeOf, Rows
@@ -25,6 +26,7 @@ COUNTS = (("power_capped", "gpus_power_capped", "power cap", dcgm.POWER_CAP_REAS
 
 class Throttling:
     name = "throttling"
+    exporters = ("dcgm-exporter",)
 
     def queries(self, matchers: str) -> dict[str, str]:
         # One value per GPU first: a GPU shared by DRA pods is written once per pod.
@@ -72,4 +74,4 @@ def held_by(reasons: Sequence[str]) -> str | None:
                  if reason.startswith(PREFIX)), None)
 
 
-SIGNAL = Throttling()
+REGISTRATION = Registration("throttling", NoArgs, lambda args: Throttling())

@@ -15,7 +15,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sim.llm.engine import Knobs, Replica, Request
+from sim.llm.engine import FITTED, Fitted, Knobs, Replica, Request
 from sim.llm.hardware import Gpu, Model
 
 
@@ -26,11 +26,12 @@ class CurvePoint:
     ttft_p99_ms: float
     tpot_p50_ms: float
     output_tokens_per_s: float
+    ttft_p95_ms: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return {"concurrency": self.concurrency, "ttft_p50_ms": round(self.ttft_p50_ms, 2),
-                "ttft_p99_ms": round(self.ttft_p99_ms, 2), "tpot_p50_ms": round(self.tpot_p50_ms, 3),
-                "output_tokens_per_s": round(self.output_tokens_per_s, 1)}
+                "ttft_p95_ms": round(self.ttft_p95_ms, 2), "ttft_p99_ms": round(self.ttft_p99_ms, 2),
+                "tpot_p50_ms": round(self.tpot_p50_ms, 3), "output_tokens_per_s": round(self.output_tokens_per_s, 1)}
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -40,11 +41,11 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def run_clients(gpu: Gpu, model: Model, *, concurrency: int, prompt_tokens: int, output_tokens: int,
-                requests_per_client: int = 20, knobs: Knobs = Knobs(), seed: int = 1,
+                requests_per_client: int = 20, knobs: Knobs = Knobs(), fitted: Fitted = FITTED, seed: int = 1,
                 observe: Callable[[Replica], None] | None = None) -> tuple[Replica, list[Request]]:
     """The replica after the run, and the requests measured (every client's first left out);
     `observe` sees the replica after every step (an exporter sampling it)."""
-    replica = Replica(gpu, model, knobs)
+    replica = Replica(gpu, model, knobs, fitted)
     rng = random.Random(seed)
     # One request alone: how long a cycle lasts, to spread the clients' first requests over it.
     cycle = replica.step_seconds([], [(Request(prompt_tokens, output_tokens, 0.0), prompt_tokens)]) + (
@@ -80,15 +81,17 @@ def run_clients(gpu: Gpu, model: Model, *, concurrency: int, prompt_tokens: int,
 
 
 def closed_loop(gpu: Gpu, model: Model, *, concurrency: int, prompt_tokens: int, output_tokens: int,
-                requests_per_client: int = 20, knobs: Knobs = Knobs(), seed: int = 1) -> CurvePoint:
+                requests_per_client: int = 20, knobs: Knobs = Knobs(), fitted: Fitted = FITTED,
+                seed: int = 1) -> CurvePoint:
     _, measured = run_clients(gpu, model, concurrency=concurrency, prompt_tokens=prompt_tokens,
                               output_tokens=output_tokens, requests_per_client=requests_per_client, knobs=knobs,
-                              seed=seed)
+                              fitted=fitted, seed=seed)
     ttfts = [r.ttft * 1000 for r in measured]
     tokens = sum(r.output_tokens for r in measured)
     span = max(r.done_at for r in measured) - min(r.arrived_at for r in measured)
     return CurvePoint(concurrency, quantile(ttfts, 0.5), quantile(ttfts, 0.99),
-                      quantile([r.tpot * 1000 for r in measured], 0.5), tokens / max(span, 1e-9))
+                      quantile([r.tpot * 1000 for r in measured], 0.5), tokens / max(span, 1e-9),
+                      quantile(ttfts, 0.95))
 
 
 def serving_curve(gpu: Gpu, model: Model, concurrencies: list[int], *, prompt_tokens: int, output_tokens: int,

@@ -8,14 +8,22 @@ prompt and output. A step takes the roofline time of what it does — the larger
 FLOPs over peak × efficiency — plus a per-step host overhead, plus the all-reduces of tensor
 parallelism. The step that finishes a prompt emits its first token.
 
+The host's share of a step grows with the batch: scheduling, input preparation, sampling and
+output processing cost per sequence (`Fitted.host_seconds_per_sequence`). Outside the engine,
+the API server's HTTP, tokenisation and first-chunk streaming add a delay to every request's
+first token (`Fitted.frontend_seconds`), which occupies no engine capacity.
+
 The constants and where they come from:
 - `DECODE_BANDWIDTH_EFFICIENCY` and `STEP_OVERHEAD_S` are fitted (`fit_decode`) to two published
-  single-request TPOT measurements of Llama-3.1-8B in BF16 under vLLM, `DECODE_MEASUREMENTS`.
-- `PREFILL_FLOPS_EFFICIENCY` 0.5: assumption (prefill GEMMs reach about half of dense peak).
+  single-request TPOT measurements of Llama-3.1-8B in BF16 under vLLM, `DECODE_MEASUREMENTS`
+  (the overhead is a one-sequence step's, so it holds the first sequence's host cost).
+- `FITTED`: prefill FLOP efficiency, host seconds per sequence and the frontend's delay, fitted
+  (`sim.llm.fit`, `bench/replica_model.py --fit`) to two published TTFT/TPOT-vs-concurrency
+  sweeps (`sim.llm.published.FITTED_CURVES`) and held against two more.
 - `GPU_MEMORY_UTILIZATION` 0.9: vLLM's default `--gpu-memory-utilization`.
 - `RUNTIME_RESERVE_BYTES` 2 GiB of that for activations and CUDA graphs: assumption.
-- `MAX_NUM_SEQS` 256: vLLM's default `--max-num-seqs`. `MAX_NUM_BATCHED_TOKENS` 8,192: assumption
-  (vLLM's default depends on release and usage context).
+- `--max-num-seqs` and `--max-num-batched-tokens`: vLLM's defaults for its OpenAI server, which
+  depend on the GPU (`vllm_batch_defaults`, from `EngineArgs.get_batch_defaults`).
 - `ALLREDUCE_S` 10 µs per all-reduce, two per layer under tensor parallelism: assumption
   (NVLink all-reduce latency of small messages).
 - KV room is reserved for prompt + output at admission; vLLM allocates blocks as tokens come
@@ -28,51 +36,43 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from sim.llm.hardware import GIB, Gpu, Model, gpu_named, model_named
+from sim.llm.published import DECODE_MEASUREMENTS, Measurement
 
-PREFILL_FLOPS_EFFICIENCY = 0.5
 GPU_MEMORY_UTILIZATION = 0.9
 RUNTIME_RESERVE_BYTES = 2 * GIB
-MAX_NUM_SEQS = 256
-MAX_NUM_BATCHED_TOKENS = 8192
 ALLREDUCE_S = 10e-6
 
 
+def vllm_batch_defaults(gpu: Gpu) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) vLLM's OpenAI server uses when not told: 1,024 and
+    8,192 on a device of 70 GiB or more that is not an A100, else 256 and 2,048
+    (`vllm/engine/arg_utils.py`, `EngineArgs.get_batch_defaults`, vLLM 0.9 onwards; A100s are
+    excluded there because the larger budget lowered their throughput, vLLM PR #17885)."""
+    if gpu.memory_bytes >= 70 * GIB and "a100" not in (gpu.board or gpu.name).lower():
+        return 1024, 8192
+    return 256, 2048
+
+
 @dataclass(frozen=True, slots=True)
-class Measurement:
-    """A published figure the model is fitted to or held against."""
+class Fitted:
+    """The constants fitted to published concurrency sweeps (`sim.llm.fit`)."""
 
-    source: str
-    gpu: str
-    model: str
-    prompt_tokens: int
-    output_tokens: int
-    concurrency: int
-    tpot_ms: float | None = None
-    output_tokens_per_s: float | None = None
-    ttft_p50_ms: float | None = None
-    note: str = ""
+    prefill_flops_efficiency: float
+    """The share of dense peak a step's FLOPs reach."""
+    host_seconds_per_sequence: float
+    """Host time per scheduled sequence per step, beyond the first (whose cost is in `STEP_OVERHEAD_S`)."""
+    frontend_seconds_per_stream: float
+    """The API server's further delay on a first token for each other request streaming from the
+    replica: one event loop tokenises, detokenises and streams every open request."""
+    frontend_seconds: float = 0.0
+    """The API server's delay on a first token with nothing else in flight (HTTP, tokenisation)."""
 
 
-DECODE_MEASUREMENTS = (
-    Measurement("johnmusgrave.com, 'vLLM throughput-latency sweep on NVIDIA A100' (vLLM 0.23.0)", "A100-40GB",
-                "Llama-3.1-8B", 1024, 128, 1, tpot_ms=1000 / 75,
-                note="'decode at one request per time runs at about 75 tokens/sec'"),
-    Measurement("InferenceBench concurrency-sweep recipe, yobitelcomm.github.io/bench (vLLM 0.21.0, fp16)",
-                "H100-80GB", "Llama-3.1-8B", 300, 128, 1, tpot_ms=6.48, ttft_p50_ms=13.98,
-                note="its chatbot-short prompts; their length is not given: 300 tokens is an assumption"),
-)
-"""The two single-request decode measurements `fit_decode` solves for."""
-
-HELD_OUT = (
-    Measurement("mushfiqrahman.dev, Mistral-7B-Instruct-v0.3 on one RTX 4090 with vLLM", "RTX-4090",
-                "Mistral-7B", 256, 128, 4, output_tokens_per_s=210, ttft_p50_ms=53),
-    Measurement("mushfiqrahman.dev (as above)", "RTX-4090", "Mistral-7B", 256, 128, 8,
-                output_tokens_per_s=377, ttft_p50_ms=55),
-    Measurement("mushfiqrahman.dev (as above)", "RTX-4090", "Mistral-7B", 256, 128, 16,
-                output_tokens_per_s=644, ttft_p50_ms=97),
-    Measurement("InferenceBench (as above)", "H100-80GB", "Llama-3.1-8B", 300, 128, 16, tpot_ms=10.94),
-)
-"""Figures not used in the fit: a GPU and a model the fit never saw, and the fitted pair at load."""
+FITTED = Fitted(prefill_flops_efficiency=0.8, host_seconds_per_sequence=25e-6, frontend_seconds_per_stream=2e-3,
+                frontend_seconds=0.0312)
+"""`bench/replica_model.py --fit` at the grid of `sim.llm.fit.GRID` (the efficiency is the grid's top:
+the sweeps ask for more than 0.8 of peak, or for something the model lacks); `BENCHMARKS.md` has
+every figure beside its prediction, the held-out sweeps' included."""
 
 
 def decode_bytes(model: Model, context_tokens: float) -> float:
@@ -109,6 +109,8 @@ class Request:
     generated: int = 0
     first_token_at: float | None = None
     done_at: float | None = None
+    frontend_s: float = 0.0
+    """The API server's delay on the first token (set by the replica when it emits it)."""
 
     @property
     def context(self) -> int:
@@ -116,8 +118,14 @@ class Request:
 
     @property
     def ttft(self) -> float:
+        """What the client sees: from sending to the first token, the frontend's delay included."""
         assert self.first_token_at is not None
-        return self.first_token_at - self.arrived_at
+        return self.first_token_at - self.arrived_at + self.frontend_s
+
+    @property
+    def e2e(self) -> float:
+        assert self.done_at is not None
+        return self.done_at - self.arrived_at + self.frontend_s
 
     @property
     def tpot(self) -> float:
@@ -127,8 +135,9 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Knobs:
-    max_num_seqs: int = MAX_NUM_SEQS
-    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
+    max_num_seqs: int | None = None
+    """None: vLLM's default for the GPU (`vllm_batch_defaults`); likewise the token budget."""
+    max_num_batched_tokens: int | None = None
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
     slowdown: float = 1.0
     """Every step takes this many times longer (contention from outside the GPU); 1: none."""
@@ -154,6 +163,7 @@ class Replica:
     gpu: Gpu
     model: Model
     knobs: Knobs = field(default_factory=Knobs)
+    fitted: Fitted = FITTED
     now: float = 0.0
     waiting: deque[Request] = field(default_factory=deque)
     running: list[Request] = field(default_factory=list)
@@ -165,6 +175,9 @@ class Replica:
             raise ValueError(f"{self.model.name} does not fit on a {self.gpu.name}: its weights take "
                              f"{self.model.weight_bytes / GIB:.1f} GiB of {self.gpu.memory_bytes / GIB:.0f}")
         self.kv_reserved = 0
+        seqs, tokens = vllm_batch_defaults(self.gpu)
+        self.max_num_seqs = self.knobs.max_num_seqs or seqs
+        self.max_num_batched_tokens = self.knobs.max_num_batched_tokens or tokens
 
     def submit(self, request: Request) -> None:
         if request.prompt_tokens + request.output_tokens > self.kv_capacity_tokens:
@@ -179,7 +192,7 @@ class Replica:
 
     def step(self) -> list[Request]:
         """One engine step; the requests it finished. Idle (nothing to do): returns at once."""
-        budget = self.knobs.max_num_batched_tokens
+        budget = self.max_num_batched_tokens
         decoding = [r for r in self.running if r.prefilled == r.prompt_tokens]
         budget -= len(decoding)
         chunks: list[tuple[Request, int]] = []
@@ -188,7 +201,7 @@ class Replica:
                 take = min(budget, request.prompt_tokens - request.prefilled)
                 chunks.append((request, take))
                 budget -= take
-        while (self.waiting and budget > 0 and len(self.running) < self.knobs.max_num_seqs
+        while (self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
                and self.kv_reserved + self.waiting[0].prompt_tokens + self.waiting[0].output_tokens
                <= self.kv_capacity_tokens):
             request = self.waiting.popleft()
@@ -210,6 +223,8 @@ class Replica:
             request.prefilled += take
             if request.prefilled == request.prompt_tokens:  # the prefill's step emits the first token
                 request.generated, request.first_token_at = 1, self.now
+                request.frontend_s = (self.fitted.frontend_seconds + self.fitted.frontend_seconds_per_stream
+                                      * (len(self.running) - 1)) * self.knobs.slowdown
                 if request.output_tokens <= 1:
                     request.done_at = self.now
                     finished.append(request)
@@ -228,7 +243,7 @@ class Replica:
         read = model.weight_bytes + model.kv_bytes_per_token * context
         flops = model.flops_per_token * tokens
         memory = read / (gpu.bandwidth_bytes_per_s * DECODE_BANDWIDTH_EFFICIENCY)
-        compute = flops / (gpu.bf16_flops * PREFILL_FLOPS_EFFICIENCY)
+        compute = flops / (gpu.bf16_flops * self.fitted.prefill_flops_efficiency)
         allreduce = 2 * model.layers * ALLREDUCE_S if model.tensor_parallel > 1 else 0.0
         kernels = (max(memory, compute) + allreduce) * self.knobs.slowdown
         if count:
@@ -238,4 +253,5 @@ class Replica:
             counters.flops += flops
             counters.steps += 1
             counters.batch_tokens += tokens
-        return kernels + STEP_OVERHEAD_S * self.knobs.slowdown
+        host = STEP_OVERHEAD_S + self.fitted.host_seconds_per_sequence * max(0, len(decoding) + len(chunks) - 1)
+        return kernels + host * self.knobs.slowdown

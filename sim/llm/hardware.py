@@ -68,6 +68,7 @@ GPUS = {gpu.name: gpu for gpu in (
     Gpu("L4", 24 * GIB, 300e9, 121e12, ("NVIDIA L4",), 2040),
     Gpu("L40S", 48 * GIB, 864e9, 362e12, ("NVIDIA L40S",), 2520),
     Gpu("RTX-4090", 24 * GIB, 1008e9, 165e12, ("NVIDIA GeForce RTX 4090",), 2520),
+    Gpu("RTX-A6000", 48 * GIB, 768e9, 154.8e12, ("NVIDIA RTX A6000",), 1800),
 )}
 
 MODELS = {model.name: model for model in (
@@ -79,6 +80,7 @@ MODELS = {model.name: model for model in (
     # Small models for GPU slices (MIG instances, shared GPUs), from their config.json the same way.
     Model("Llama-3.2-3B", 3.21e9, 28, 8, 128),
     Model("Qwen2.5-1.5B", 1.54e9, 28, 2, 128),
+    Model("Qwen2.5-0.5B", 0.494e9, 24, 2, 64),
 )}
 
 DEFAULT_MODELS = ("Llama-3.1-8B", "Llama-3.2-3B", "Qwen2.5-1.5B")

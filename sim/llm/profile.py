@@ -154,7 +154,7 @@ def profile(gpu: Gpu, model: Model, mix: RequestMix, knobs: Knobs = Knobs()) -> 
         kept = [r for r in done if r.arrived_at >= requests[int(WARM_UP_SHARE * len(requests))].arrived_at]
         rows["ttft"].append(_quantiles([r.ttft * 1000 for r in kept]))
         rows["tpot"].append(_quantiles([r.tpot * 1000 for r in kept]))
-        rows["e2e"].append(_quantiles([(r.done_at - r.arrived_at) * 1000 for r in kept]))
+        rows["e2e"].append(_quantiles([r.e2e * 1000 for r in kept]))
         # The exporters' view of the whole run: from the first arrival to the last token.
         reading = telemetry.read(replica, Counters(), since=requests[0].arrived_at)
         rows["busy"].append(reading.gpu_util / 100)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.llm.engine import DECODE_BANDWIDTH_EFFICIENCY, PREFILL_FLOPS_EFFICIENCY, Counters, Replica
+from sim.llm.engine import DECODE_BANDWIDTH_EFFICIENCY, Counters, Replica
 
 MIB = 2**20
 
@@ -47,7 +47,7 @@ def knee_tokens(replica: Replica) -> float:
     """Tokens a step must carry before its FLOPs take longer than reading the weights."""
     gpu, model = replica.gpu, replica.model
     memory = model.weight_bytes / (gpu.bandwidth_bytes_per_s * DECODE_BANDWIDTH_EFFICIENCY)
-    return memory * gpu.bf16_flops * PREFILL_FLOPS_EFFICIENCY / model.flops_per_token
+    return memory * gpu.bf16_flops * replica.fitted.prefill_flops_efficiency / model.flops_per_token
 
 
 def read(replica: Replica, before: Counters, since: float) -> ExporterReading:

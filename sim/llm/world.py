@@ -49,7 +49,8 @@ from sim.llm.telemetry import MIB
 from sim.node_state import pod_key
 from sim.world_state import SimPod, TickSample, World, demand_now, gpu_count
 
-TDP_W = {"A100-40GB": 400, "A100-80GB": 400, "H100-80GB": 700, "H200": 700, "L4": 72, "L40S": 350, "RTX-4090": 450}
+TDP_W = {"A100-40GB": 400, "A100-80GB": 400, "H100-80GB": 700, "H200": 700, "L4": 72, "L40S": 350, "RTX-4090": 450,
+         "RTX-A6000": 300}
 """The vendors' board power limits."""
 
 

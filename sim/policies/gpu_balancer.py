@@ -8,11 +8,14 @@ import math
 import random
 from statistics import fmean
 from collections import deque
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler import step
+from descheduler.strategies.base import SERVING, THROTTLING, UTILISATION
 from scoring.claims import ClaimBook, book_from_objects, pod_claims
 from scoring.cluster_state import LISTED, ClusterState
 from scoring.feasibility import constraints_of, why_infeasible
@@ -278,19 +281,26 @@ class SimulatedTelemetry:
     def snapshot(self) -> ClusterSnapshot:
         return self._balancer.telemetry(self._world)[0]
 
-    def window(self) -> dict[str, WindowStats]:
+    def window(self, name: str, snapshot: ClusterSnapshot) -> Mapping[Any, Any]:
+        readers = {UTILISATION: self._utilisation, SERVING: lambda: self._serving(snapshot),
+                   THROTTLING: self._throttling}
+        if name not in readers:
+            raise KeyError(f"no {name!r} window: the simulated exporters serve {', '.join(readers)}")
+        return readers[name]()
+
+    def _utilisation(self) -> dict[str, WindowStats]:
         world = self._world
         history = self._balancer._busy_history(world, *self._ticks(len(world.history)))
         found = {name: _window_stats([h[name] for h in history if name in h], self._steps, self._quantile)
                  for name in world.nodes}
         return {name: stats for name, stats in found.items() if stats}
 
-    def serving_window(self, snapshot: ClusterSnapshot) -> dict[tuple[str, str], SustainedServing]:
+    def _serving(self, snapshot: ClusterSnapshot) -> dict[tuple[str, str], SustainedServing]:
         if not (self._balancer.reads_serving(self._world) and self._balancer.moves_on_serving):
             return {}
         return self._balancer._serving_window(self._span(self._world.serving), self._steps, snapshot)
 
-    def throttle_window(self) -> dict[str, WindowStats]:
+    def _throttling(self) -> dict[str, WindowStats]:
         if not self._world.gpu_readings:
             return {}
         readings = self._span(self._world.gpu_readings)

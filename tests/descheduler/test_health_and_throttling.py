@@ -8,12 +8,15 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import pytest
+
 from descheduler import step
 from descheduler.ledger import LedgerState
 from descheduler.plan import plan_evictions
+from descheduler.strategies import configure
 from scoring import dcgm
 from scoring.heat import Tier, fleet_heat
-from scoring.policy import DeschedulerPolicy, HeatPolicy, default_policy
+from scoring.policy import DeschedulerPolicy, HeatPolicy, PolicyError, default_policy, parse_policy
 from scoring.prometheus import connect, read_snapshot, read_throttle_window
 from scoring.telemetry import ClusterSnapshot, NodeTelemetry, PodUsage, WindowStats
 from sim.fake_dcgm import make_server, serve_in_background
@@ -31,9 +34,10 @@ def telemetry(name, util, *, pods=(), **figures) -> NodeTelemetry:
 def plan(nodes, *, pods, throttle_window=None, policy=POLICY):
     snap = ClusterSnapshot(NOW, tuple(nodes), newest_sample_at=NOW)
     fleet = fleet_heat(snap, HeatPolicy(), now=NOW, staleness_limit_seconds=60)
-    return plan_evictions(fleet=fleet, snapshot=snap, window=window(cool_b=(10.0, 8.0, 1.0)),
+    return plan_evictions(fleet=fleet, snapshot=snap, windows={"utilisation": window(cool_b=(10.0, 8.0, 1.0)),
+                                                                "throttling": throttle_window or {}},
                           cluster=cluster(*(node_obj(n.name) for n in nodes), *pods), ledger=LedgerState(),
-                          policy=policy, now=NOW, throttle_window=throttle_window)
+                          policy=policy, now=NOW)
 
 
 def sick_node():
@@ -65,9 +69,13 @@ def throttled_node():
     return telemetry("capped-a", 35.0, pods=usage, gpus_power_capped=6)
 
 
-def test_a_node_throttled_over_the_whole_window_sheds_its_busiest_pod_once_a_run():
+def throttled_fleet():
     pods = [pod_obj(f"p{i}", "capped-a", gpus=2, owner_name=f"svc{i}-5d4f") for i in range(4)]
-    nodes = [throttled_node(), telemetry("cool-b", 10.0)]
+    return [throttled_node(), telemetry("cool-b", 10.0)], pods
+
+
+def test_a_node_throttled_over_the_whole_window_sheds_its_busiest_pod_once_a_run():
+    nodes, pods = throttled_fleet()
     result = plan(nodes, pods=pods, throttle_window={"capped-a": WindowStats(6.0, 5.0, 1.0)})
     (eviction,) = result.evictions
     assert eviction.pod == "p3"  # 50 % of its GPUs' time: the most of the node's draw
@@ -76,8 +84,7 @@ def test_a_node_throttled_over_the_whole_window_sheds_its_busiest_pod_once_a_run
 
 
 def test_throttling_that_did_not_last_moves_nothing_and_the_run_says_why():
-    pods = [pod_obj(f"p{i}", "capped-a", gpus=2, owner_name=f"svc{i}-5d4f") for i in range(4)]
-    nodes = [throttled_node(), telemetry("cool-b", 10.0)]
+    nodes, pods = throttled_fleet()
     for stats in (None, WindowStats(2.0, 2.0, 1.0), WindowStats(6.0, 6.0, 0.3)):
         result = plan(nodes, pods=pods, throttle_window={"capped-a": stats} if stats else {})
         assert result.evictions == ()
@@ -111,32 +118,66 @@ def test_the_throttling_window_counts_what_a_real_prometheus_scraped(prometheus)
     assert placed and all(ids and all(i.isdigit() for i in ids) for ids in placed.values())
 
 
+class AskedSource:
+    """A telemetry source that records which windows a step asks it for."""
+
+    where = "a test"
+
+    def __init__(self):
+        self.asked = []
+
+    def snapshot(self):
+        return ClusterSnapshot(NOW, (telemetry("a", 50.0),), newest_sample_at=NOW)
+
+    def window(self, name, snapshot):
+        self.asked.append(name)
+        return {}
+
+
 def test_with_no_gpu_throttled_the_window_is_never_asked_for():
     """The step asks its source for the throttling window only while some node is throttled:
     nothing else could act on it, and it is a range query over every GPU."""
-    asked = []
-
-    class Source:
-        where = "a test"
-
-        def snapshot(self):
-            return ClusterSnapshot(NOW, (telemetry("a", 50.0),), newest_sample_at=NOW)
-
-        def window(self):
-            return {}
-
-        def serving_window(self, snapshot):
-            return {}
-
-        def throttle_window(self):
-            asked.append("throttle")
-            return {}
-
-    found = step.assess(Source(), default_policy(), lambda: NOW)
-    step.plan(Source(), found, cluster=cluster(node_obj("a")), ledger=LedgerState(), policy=default_policy())
-    assert asked == []
+    source = AskedSource()
+    found = step.assess(source, default_policy(), lambda: NOW)
+    step.plan(source, found, cluster=cluster(node_obj("a")), ledger=LedgerState(), policy=default_policy())
+    assert source.asked == ["utilisation", "serving"]
     throttled = replace(found, fleet=replace(found.fleet, nodes=tuple(
         replace(n, reasons=("throttled: power cap on 1 GPU",)) for n in found.fleet.nodes)))
     assert all(n.throttled for n in throttled.fleet.nodes)
-    step.plan(Source(), throttled, cluster=cluster(node_obj("a")), ledger=LedgerState(), policy=default_policy())
-    assert asked == ["throttle"]
+    source.asked.clear()
+    step.plan(source, throttled, cluster=cluster(node_obj("a")), ledger=LedgerState(), policy=default_policy())
+    assert source.asked == ["utilisation", "throttling", "serving"]
+
+
+def test_a_strategy_left_out_of_the_policy_is_off_and_its_window_never_read():
+    policy = parse_policy("descheduler:\n  strategies: [{name: health}, {name: throttling, args: {minShareHeld: 0.25}}]")
+    source = AskedSource()
+    found = step.assess(source, policy, lambda: NOW)
+    throttled = replace(found, fleet=replace(found.fleet, nodes=tuple(
+        replace(n, reasons=("throttled: power cap on 1 GPU",)) for n in found.fleet.nodes)))
+    step.plan(source, throttled, cluster=cluster(node_obj("a")), ledger=LedgerState(), policy=policy)
+    assert source.asked == ["throttling"]
+
+
+def test_a_strategys_arguments_change_what_it_acts_on():
+    # Two of eight GPUs held down over the window: not half of them, but a quarter.
+    nodes, pods = throttled_fleet()
+    stats = {"capped-a": WindowStats(2.0, 2.0, 1.0)}
+    assert plan(nodes, pods=pods, throttle_window=stats).evictions == ()
+    quarter = parse_policy("descheduler:\n  strategies: [{name: throttling, args: {minShareHeld: 0.25}}]").descheduler
+    moved = plan(nodes, pods=pods, throttle_window=stats, policy=quarter).evictions
+    assert [e.node for e in moved] == ["capped-a"]
+
+
+@pytest.mark.parametrize("strategies, message", [
+    ("[{name: utilization}]", "descheduler.strategies[0].name: unknown strategy 'utilization' (known: health, "
+                              "utilisation, throttling, serving)"),
+    ("[{name: throttling, args: {minShareHeld: 2}}]", "descheduler.strategies[0].args.minShareHeld: must be in (0, 1]"),
+    ("[{name: health}, {name: serving, args: {minLowPresure: 1}}]",
+     "descheduler.strategies[1].args.minLowPresure: unknown field (known: minLowPressure)"),
+    ("[{name: health}, {name: health}]", "descheduler.strategies: names a strategy more than once"),
+])
+def test_a_bad_strategy_entry_is_named_in_one_line(strategies, message):
+    with pytest.raises(PolicyError) as error:
+        configure(parse_policy(f"descheduler:\n  strategies: {strategies}").descheduler)
+    assert message in str(error.value)

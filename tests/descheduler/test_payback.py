@@ -32,7 +32,7 @@ def plan_for(*, annotations=None, serving=(), policy=POLICY, destination_util=10
     if serving:
         snap = replace(snap, nodes=tuple(replace(n, serving=tuple(serving)) for n in snap.nodes))
     return plan_evictions(fleet=fleet(heat("hot-a", 92), heat("cool-b", destination_util)), snapshot=snap,
-                          window=window(hot_a=(92.0, 85.0, 1.0), cool_b=(10.0, 8.0, 1.0)),
+                          windows={"utilisation": window(hot_a=(92.0, 85.0, 1.0), cool_b=(10.0, 8.0, 1.0))},
                           cluster=cluster(node_obj("hot-a"), node_obj("cool-b"), *pods),
                           ledger=LedgerState(),
                           policy=policy, now=NOW)

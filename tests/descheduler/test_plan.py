@@ -25,7 +25,7 @@ def base_cluster(*hot_pods, cool_free=True):
 def plan(cluster_, *, usage=None, stats=None, fleet_=None, ledger=LedgerState(), policy=POLICY):
     usage = usage or {"hot-a": [("inference", f"p{i}", 1, 100.0 - 5 * i) for i in range(4)]}
     return plan_evictions(fleet=fleet_ or fleet(heat("hot-a", 92), heat("cool-b", 10)), snapshot=snapshot(usage),
-                          window=stats if stats is not None else window(hot_a=SUSTAINED, cool_b=(10.0, 8.0, 1.0)),
+                          windows={"utilisation": stats if stats is not None else window(hot_a=SUSTAINED, cool_b=(10.0, 8.0, 1.0))},
                           cluster=cluster_, ledger=ledger, policy=policy, now=NOW)
 
 

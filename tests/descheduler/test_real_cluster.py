@@ -33,7 +33,7 @@ def test_a_real_cluster_is_read_as_the_api_lists_it_and_planned_only_inside_the_
     hot = set(names[: len(names) // 2 + 1])
     utils = {name: 95.0 if name in hot else 10.0 for name in names}
     plan = plan_evictions(fleet=fleet(*(heat(name, u) for name, u in utils.items())), snapshot=snapshot({}),
-                          window=window(**{name.replace("-", "_"): (u, u - 5, 1.0) for name, u in utils.items()}),
+                          windows={"utilisation": window(**{name.replace("-", "_"): (u, u - 5, 1.0) for name, u in utils.items()})},
                           cluster=cluster, ledger=LedgerState(), policy=policy.descheduler, now=NOW)
     assert set(plan.hot_nodes) == hot
     for eviction in plan.evictions:

@@ -51,8 +51,11 @@ def test_the_tensor_pipe_read_as_busy_share_scaled_to_its_full_scale(prometheus,
     tensor = per_node(text, dcgm.PIPE_TENSOR_ACTIVE, 100 / FULL_SCALE)
     assert {n.name: round(n.util_mean, 6) for n in snapshot.nodes} == pytest.approx(tensor, abs=1e-3)
     engine = per_node(text, dcgm.GR_ENGINE_ACTIVE, 100)
-    # The duty cycle reads otherwise on a serving fleet: the knob changes what heat sees.
-    assert any(abs(engine[node] - tensor[node]) > 5 for node in tensor)
+    # The duty cycle reads otherwise, so the first assertion could not pass by reading it: the knob
+    # changes what heat sees. (With the replica fitted to published sweeps, this small fleet's
+    # tensor pipe at a 0.4 full scale lands within 3 points of the duty cycle; it differed by more
+    # before the fit.)
+    assert any(abs(engine[node] - tensor[node]) > 1 for node in tensor)
 
 
 def test_a_mig_instance_without_the_gauge_is_measured_by_the_next_it_reports():

@@ -130,8 +130,8 @@ def _slow_node_plan(window: dict, *, cool_slow=False, calm_latency=0.1, calm_rep
     objects = cluster(node_obj("n1"), node_obj("n2"), node_obj("n3"),
                       pod_obj("chat-h-n1", "n1", owner_name="chat-h-5d4f"), pod_obj("batch-n1", "n1", owner_name="b-1"),
                       *(pod_obj(r.pod, "n2", owner_name="chat-h-5d4f") for r in calm))
-    return plan_evictions(fleet=fleet(*heats), snapshot=snap, window={}, cluster=objects, ledger=LedgerState(),
-                          policy=default_policy().descheduler, now=NOW, serving_window=window)
+    return plan_evictions(fleet=fleet(*heats), snapshot=snap, windows={"serving": window}, cluster=objects,
+                          ledger=LedgerState(), policy=default_policy().descheduler, now=NOW)
 
 
 @pytest.mark.parametrize(("calm_latency", "calm_replicas", "why"), [

@@ -10,8 +10,12 @@ import sys
 import pytest
 
 from sim.llm.curve import closed_loop, quantile
-from sim.llm.engine import (DECODE_MEASUREMENTS, HELD_OUT, Knobs, Replica, Request, fit_decode)
-from sim.llm.hardware import GPUS, MODELS, gpu_named, model_named
+from dataclasses import replace
+
+from sim.llm.engine import FITTED, Fitted, Knobs, Replica, Request, fit_decode, vllm_batch_defaults
+from sim.llm.fit import GRID, compare, error
+from sim.llm.hardware import GPUS, MODELS, gpu_named, mig_slice, model_named
+from sim.llm.published import DECODE_MEASUREMENTS, FITTED_CURVES, HELD_OUT_CURVES, MUSHFIQ_RTX4090
 
 
 def point(measurement):
@@ -30,10 +34,46 @@ def test_the_fit_is_physical():
     assert 0.5 < efficiency < 1.0 and 0 < overhead < 0.005, (efficiency, overhead)
 
 
-@pytest.mark.parametrize("measurement", [m for m in HELD_OUT if m.output_tokens_per_s], ids=lambda m: str(m.concurrency))
-def test_a_gpu_and_model_the_fit_never_saw_are_predicted_within_ten_per_cent(measurement):
-    # RTX 4090 and Mistral-7B: neither is in the fit; throughput under 4, 8 and 16 clients.
-    assert point(measurement).output_tokens_per_s == pytest.approx(measurement.output_tokens_per_s, rel=0.10)
+def test_a_gpu_and_model_the_fit_never_saw_are_predicted_within_fifteen_per_cent():
+    # RTX 4090 and Mistral-7B: neither is in either fit; throughput under 4, 8 and 16 clients.
+    rows = [row for row in compare(MUSHFIQ_RTX4090)[1] if row.figure == "output tok/s"]
+    assert len(rows) == 3 and all(abs(row.predicted / row.measured - 1) < 0.15 for row in rows), rows
+
+
+def neighbours(fitted: Fitted):
+    """The fitted point with one constant moved one step along its grid, each way."""
+    for name, values in GRID.items():
+        at = values.index(getattr(fitted, name))
+        for step in (-1, 1):
+            if 0 <= at + step < len(values):
+                yield replace(fitted, **{name: values[at + step]})
+
+
+def test_the_recorded_constants_are_the_grid_minimum_against_their_neighbours():
+    best = error(FITTED_CURVES, FITTED)
+    assert all(best <= error(FITTED_CURVES, other) for other in neighbours(FITTED))
+
+
+def test_the_fit_predicts_the_held_out_sweeps_better_than_the_constants_it_replaced():
+    unfitted = Fitted(prefill_flops_efficiency=0.5, host_seconds_per_sequence=0.0, frontend_seconds_per_stream=0.0)
+    assert error(HELD_OUT_CURVES, FITTED) < 0.6 * error(HELD_OUT_CURVES, unfitted)
+
+
+@pytest.mark.parametrize("curve", FITTED_CURVES + HELD_OUT_CURVES, ids=lambda c: c.name)
+def test_ttft_feels_load_as_the_published_sweeps_do(curve):
+    # Measured TTFT p50 grows 1.8 to 6.2 times from each sweep's fewest clients to its most; the
+    # model's must grow too, by at least half as much (the engine alone grew it by 1.0–1.1x).
+    rows = [row for row in compare(curve)[1] if row.figure == "TTFT p50"]
+    measured, predicted = rows[-1].measured / rows[0].measured, rows[-1].predicted / rows[0].predicted
+    assert predicted >= 1 + (measured - 1) / 2, (measured, predicted)
+
+
+def test_vllm_batch_defaults_follow_the_gpu():
+    assert vllm_batch_defaults(gpu_named("H100-80GB")) == (1024, 8192)
+    assert vllm_batch_defaults(gpu_named("A100-80GB")) == (256, 2048), "A100s keep the small budget"
+    assert vllm_batch_defaults(gpu_named("L4")) == (256, 2048)
+    assert vllm_batch_defaults(mig_slice(gpu_named("H100-80GB"), "1g.10gb")) == (256, 2048)
+    assert Replica(gpu_named("L4"), model_named("Qwen2.5-1.5B")).max_num_batched_tokens == 2048
 
 
 def test_batching_buys_throughput_until_the_step_turns_compute_bound():
@@ -82,7 +122,7 @@ def test_a_model_too_big_for_the_gpu_is_refused_by_name():
 
 
 def test_every_gpu_is_found_by_its_dcgm_model_name_and_every_table_entry_is_complete():
-    assert {"A100-40GB", "A100-80GB", "H100-80GB", "H200", "L4", "L40S", "RTX-4090"} <= set(GPUS)
+    assert {"A100-40GB", "A100-80GB", "H100-80GB", "H200", "L4", "L40S", "RTX-4090", "RTX-A6000"} <= set(GPUS)
     assert {"Llama-3.1-8B", "Mistral-7B", "Qwen2.5-7B", "Llama-3.1-70B-TP4", "Llama-3.1-70B-TP8"} <= set(MODELS)
     for gpu in GPUS.values():
         assert gpu.aliases and all(gpu_named(alias) is gpu for alias in gpu.aliases)
@@ -105,7 +145,8 @@ def test_the_serving_curve_command_prints_the_documented_json():
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert [row["concurrency"] for row in rows] == [1, 8]
-    assert all(set(row) == {"concurrency", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "output_tokens_per_s"}
+    assert all(set(row) == {"concurrency", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms",
+                            "output_tokens_per_s"}
                for row in rows)
     assert rows[1]["output_tokens_per_s"] > rows[0]["output_tokens_per_s"]
 

@@ -19,7 +19,7 @@ from webhook.cache import SnapshotCache
 from webhook.cluster_watch import ClusterWatch
 from webhook.ledger import SteeringLedger
 from webhook.refresh import hand_over
-from webhook.metrics import WebhookMetrics, create_metrics, register_cluster_view_lists
+from webhook.metrics import WebhookMetrics, create_metrics, register_cluster_view_lists, register_node_verdicts
 from webhook.review import MAX_BODY_BYTES, BodyTooLarge, ReviewError, build_response, decode_review, dump_json
 
 log = logging.getLogger("gpu_balancer.webhook")
@@ -102,6 +102,7 @@ def create_app(policy: BalancerPolicy, cache: SnapshotCache, *, metrics: Webhook
         return -1.0 if current is None else current.age_seconds(clock())
 
     metrics.snapshot_age.set_function(snapshot_age)
+    register_node_verdicts(metrics.registry, lambda: cache.fresh(clock()))  # stale: no verdicts
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 
 @dataclass
@@ -78,3 +79,36 @@ def register_cluster_view_lists(registry: CollectorRegistry, relists: Mapping[st
     registry.register(CountsCollector(
         "gpu_balancer_cluster_view_lists", "Full lists the cluster view made, by kind: the first, and one "
         "after each watch the API server expired (410 Gone).", "kind", relists))
+
+
+class NodeVerdictsCollector:
+    """Each node's verdict from the current telemetry, read at each scrape: what a request router
+    (llm-d's endpoint picker, a Gateway) can weigh endpoints by. Label values are names and short
+    fixed phrases, never figures, so the series do not churn from one refresh to the next."""
+
+    def __init__(self, current: Callable[[], Any]) -> None:
+        self._current = current
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        telemetry = self._current()
+        tier = GaugeMetricFamily("gpu_balancer_node_tier", "Each GPU node's heat tier: 0 cool, 1 warm, 2 hot, "
+                                 "3 unhealthy (README, \"For request routers\").", labels=["node"])
+        avoided = GaugeMetricFamily("gpu_balancer_node_avoided", "1 for each node the advice steers new pods "
+                                    "away from, with why (hot or unhealthy, and the signal's phrase).",
+                                    labels=["node", "reason"])
+        free = GaugeMetricFamily("gpu_balancer_node_free_gpus", "Free GPUs on each node the advice may prefer "
+                                 "(cool or warm, with room).", labels=["node"])
+        if telemetry is not None:
+            for node, level in telemetry.tiers:
+                tier.add_metric([node], level)
+            for avoidance in telemetry.index.avoided:
+                avoided.add_metric([avoidance.node, avoidance.reason], 1)
+            for _, gpus, node in telemetry.index.ranked:
+                free.add_metric([node], gpus)
+        yield tier
+        yield avoided
+        yield free
+
+
+def register_node_verdicts(registry: CollectorRegistry, current: Callable[[], Any]) -> None:
+    registry.register(NodeVerdictsCollector(current))

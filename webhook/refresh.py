@@ -27,6 +27,9 @@ class Telemetry:
     sampled_at: datetime
     """The freshest sample's time (the snapshot's own time when no sample is dated)."""
     nodes: int
+    tiers: tuple[tuple[str, int], ...] = ()
+    """(node, tier as a number: 0 cool … 3 unhealthy) for every node, for the verdict series a
+    request router reads (`webhook.metrics.register_node_verdicts`)."""
 
     def age_seconds(self, now: datetime) -> float:
         return max(0.0, (now - self.sampled_at).total_seconds())
@@ -42,7 +45,8 @@ def telemetry_of(snapshot: ClusterSnapshot, fleet: FleetHeat) -> Telemetry:
     """The ranking for a snapshot whose heat is already known (the simulator keeps the heat for
     its descheduler too). Pure."""
     index = index_fleet(fleet, {n.name: n.topology for n in snapshot.nodes if n.topology})
-    return Telemetry(index, snapshot.newest_sample_at or snapshot.taken_at, len(snapshot.nodes))
+    return Telemetry(index, snapshot.newest_sample_at or snapshot.taken_at, len(snapshot.nodes),
+                     tuple((node.name, int(node.tier)) for node in fleet.nodes))
 
 
 def hand_over(telemetry: Telemetry, view: ClusterView | None, ledgers: Iterable[SteeringLedger]) -> None:

@@ -112,6 +112,24 @@ def test_health_readiness_and_metrics_are_served(live):
     assert 0 <= float(age.split()[1]) < 60
 
 
+def test_each_nodes_verdict_is_published_for_request_routers(live):
+    # The skewed fleet as the first test reads it: the first quarter hot, gpu-node-07 unhealthy.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    client, _, _ = live
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    tiers = {s.labels["node"]: s.value for s in families["gpu_balancer_node_tier"].samples}
+    assert len(tiers) == SPEC.nodes and set(tiers.values()) <= {0, 1, 2, 3}
+    assert tiers["gpu-node-00"] == 2 and tiers["gpu-node-07"] == 3
+    avoided = {(s.labels["node"], s.labels["reason"]) for s in families["gpu_balancer_node_avoided"].samples}
+    assert ("gpu-node-07", "unhealthy") in avoided and ("gpu-node-00", "hot") in avoided
+    assert {node for node, _ in avoided} == {node for node, tier in tiers.items() if tier >= 2}
+    free = {s.labels["node"]: s.value for s in families["gpu_balancer_node_free_gpus"].samples}
+    assert free and all(tiers[node] <= 1 and gpus > 0 for node, gpus in free.items())
+    # No figure in a label: one refresh's series are the next one's.
+    assert not any(ch.isdigit() for _, reason in avoided for ch in reason)
+
+
 @pytest.mark.parametrize(("body", "status", "message"), [
     (b"{not json", 400, "not valid JSON"),
     (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}).encode(), 400, "uid"),

@@ -46,7 +46,7 @@ ALLREDUCE_S = 10e-6
 def vllm_batch_defaults(gpu: Gpu) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) vLLM's OpenAI server uses when not told: 1,024 and
     8,192 on a device of 70 GiB or more that is not an A100, else 256 and 2,048
-    (`vllm/engine/arg_utils.py`, `EngineArgs.get_batch_defaults`, vLLM 0.9 onwards; A100s are
+    (`vllm/engine/arg_utils.py`, `EngineArgs.get_batch_defaults` in recent releases; A100s are
     excluded there because the larger budget lowered their throughput, vLLM PR #17885)."""
     if gpu.memory_bytes >= 70 * GIB and "a100" not in (gpu.board or gpu.name).lower():
         return 1024, 8192

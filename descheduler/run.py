@@ -17,7 +17,7 @@ from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler.ledger_store import LedgerConflict, load_ledger, record_evictions, save_summary
 from descheduler import step
 from descheduler.plan import Plan
-from descheduler.strategies.base import SERVING, THROTTLING, UTILISATION, WINDOWS
+from descheduler.strategies.base import SERVING, THROTTLING, UTILISATION, serve_window
 from descheduler.summary import RunSummary, summarise
 from scoring.policy import BalancerPolicy
 from scoring.telemetry import ClusterSnapshot
@@ -98,13 +98,10 @@ class PrometheusTelemetry:
         return read_snapshot(self._query, self._policy)
 
     def window(self, name: str, snapshot: ClusterSnapshot) -> Mapping[Any, Any]:
-        if name == UTILISATION:
-            return read_window(self._query, self._policy)
-        if name == SERVING:
-            return read_serving_window(self._query, self._policy, snapshot)
-        if name == THROTTLING:
-            return read_throttle_window(self._query, self._policy)
-        raise KeyError(f"no {name!r} window: Prometheus serves {', '.join(WINDOWS)}")
+        query, policy = self._query, self._policy
+        return serve_window({UTILISATION: lambda: read_window(query, policy),
+                             SERVING: lambda: read_serving_window(query, policy, snapshot),
+                             THROTTLING: lambda: read_throttle_window(query, policy)}, name, "Prometheus")
 
 
 def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: Callable[[], datetime],

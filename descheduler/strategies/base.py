@@ -53,6 +53,14 @@ WINDOWS = {
 """What a telemetry source serves a strategy by name (`descheduler.step.DeschedulerTelemetry.window`)."""
 
 
+def serve_window(readers: Mapping[str, Callable[[], Mapping[Any, Any]]], name: str, where: str) -> Mapping[Any, Any]:
+    """A telemetry source's window by name, from its reader for each it serves; KeyError naming
+    what `where` serves for any other."""
+    if name not in readers:
+        raise KeyError(f"no {name!r} window: {where} serves {', '.join(readers)}")
+    return readers[name]()
+
+
 @dataclass(frozen=True)
 class Source:
     """A node a strategy moves pods from."""
@@ -86,4 +94,3 @@ class Strategy(Protocol):
     def notes(self, inputs: PlanInputs, sources: set[str]) -> list[str]:
         """What the run should say about nodes this strategy looked at and left."""
         ...
-

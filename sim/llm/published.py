@@ -27,7 +27,7 @@ class Measurement:
 
 
 @dataclass(frozen=True, slots=True)
-class CurvePoint:
+class PublishedPoint:
     concurrency: int
     ttft_p50_ms: float | None
     ttft_tail_ms: float | None
@@ -49,7 +49,7 @@ class PublishedCurve:
     output_tokens: int
     gpu_memory_utilization: float
     tail_quantile: float
-    points: tuple[CurvePoint, ...]
+    points: tuple[PublishedPoint, ...]
     note: str = ""
 
 
@@ -66,29 +66,29 @@ DECODE_MEASUREMENTS = (
 INFERENCEBENCH_H100 = PublishedCurve(
     "h100-llama-3.1-8b", "InferenceBench concurrency-sweep recipe, yobitelcomm.github.io/bench/recipes/"
     "concurrency-sweep (vLLM 0.21.0, fp16, 2026-05-16)", "H100-80GB", "Llama-3.1-8B", 300, 128, 0.9, 0.99,
-    (CurvePoint(1, 13.98, 14.95, 6.48, 122.2), CurvePoint(4, 22.75, 32.18, 6.59, 580.3),
-     CurvePoint(16, 41.69, 64.71, 10.94, 1384.2), CurvePoint(64, 86.92, 464.7, 46.91, 1312.3)),
+    (PublishedPoint(1, 13.98, 14.95, 6.48, 122.2), PublishedPoint(4, 22.75, 32.18, 6.59, 580.3),
+     PublishedPoint(16, 41.69, 64.71, 10.94, 1384.2), PublishedPoint(64, 86.92, 464.7, 46.91, 1312.3)),
     note="chatbot-short lengths are not given: 300 in / 128 out is an assumption")
 
 WMX_L4 = PublishedCurve(
     "l4-qwen2.5-0.5b", "ai.wmx.dev/benchmarks, serving/raw-vllm (vLLM v0.23.0, vllm bench serve, GKE "
     "g2-standard-4)", "L4", "Qwen2.5-0.5B", 256, 128, 0.6, 0.95,
-    (CurvePoint(1, 27.0, None, 5.1, 168), CurvePoint(2, 37.8, 48.2, 5.2, 367), CurvePoint(4, 50.1, 85.4, 5.3, 698),
-     CurvePoint(8, 60.9, 88.4, 5.5, 1312), CurvePoint(16, 103.8, 135.7, 6.0, 2277),
-     CurvePoint(32, 135.3, 191.8, 7.1, 3773)),
+    (PublishedPoint(1, 27.0, None, 5.1, 168), PublishedPoint(2, 37.8, 48.2, 5.2, 367), PublishedPoint(4, 50.1, 85.4, 5.3, 698),
+     PublishedPoint(8, 60.9, 88.4, 5.5, 1312), PublishedPoint(16, 103.8, 135.7, 6.0, 2277),
+     PublishedPoint(32, 135.3, 191.8, 7.1, 3773)),
     note="TPOT is its ITL p50; its one-client p95 (115.5 ms) is a warm-up request and is left out")
 
 MUSHFIQ_RTX4090 = PublishedCurve(
     "rtx4090-mistral-7b", "mushfiqrahman.dev, Mistral-7B-Instruct-v0.3 on one RTX 4090 with vLLM", "RTX-4090",
     "Mistral-7B", 256, 128, 0.9, 0.99,
-    (CurvePoint(4, 53, None, None, 210), CurvePoint(8, 55, None, None, 377), CurvePoint(16, 97, None, None, 644)))
+    (PublishedPoint(4, 53, None, None, 210), PublishedPoint(8, 55, None, None, 377), PublishedPoint(16, 97, None, None, 644)))
 
 LDSINGH_A6000 = PublishedCurve(
     "a6000-qwen2.5-7b", "ld-singh.github.io/ai-factory-ops-lab, inference benchmark report (vLLM v0.23.0 on k3s, "
     "its own closed-loop harness, 2026-06-27)", "RTX-A6000", "Qwen2.5-7B", 100, 52, 0.9, 0.95,
-    (CurvePoint(2, 67, 68, 22.0, 84.0, 12), CurvePoint(4, 67, 68, 22.1, 153.1, 12),
-     CurvePoint(64, 87, 163, 27.5, 2127.6, 512), CurvePoint(128, 126, 325, 36.0, 3138.1, 512),
-     CurvePoint(256, 299, 517, 53.1, 4039.9, 512)),
+    (PublishedPoint(2, 67, 68, 22.0, 84.0, 12), PublishedPoint(4, 67, 68, 22.1, 153.1, 12),
+     PublishedPoint(64, 87, 163, 27.5, 2127.6, 512), PublishedPoint(128, 126, 325, 36.0, 3138.1, 512),
+     PublishedPoint(256, 299, 517, 53.1, 4039.9, 512)),
     note="prompt length not given: 100 tokens is an assumption; 52 out is its mean generated length. Left out: "
          "one client (its p95 is a warm-up request), 8 clients (12 requests: 1.5 a client) and 512 (one request "
          "a client: a single burst, not a steady state)")

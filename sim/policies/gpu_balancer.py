@@ -15,7 +15,7 @@ from typing import Any
 from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler import step
-from descheduler.strategies.base import SERVING, THROTTLING, UTILISATION
+from descheduler.strategies.base import SERVING, THROTTLING, UTILISATION, serve_window
 from scoring.claims import ClaimBook, book_from_objects, pod_claims
 from scoring.cluster_state import LISTED, ClusterState
 from scoring.feasibility import constraints_of, why_infeasible
@@ -282,11 +282,8 @@ class SimulatedTelemetry:
         return self._balancer.telemetry(self._world)[0]
 
     def window(self, name: str, snapshot: ClusterSnapshot) -> Mapping[Any, Any]:
-        readers = {UTILISATION: self._utilisation, SERVING: lambda: self._serving(snapshot),
-                   THROTTLING: self._throttling}
-        if name not in readers:
-            raise KeyError(f"no {name!r} window: the simulated exporters serve {', '.join(readers)}")
-        return readers[name]()
+        return serve_window({UTILISATION: self._utilisation, SERVING: lambda: self._serving(snapshot),
+                             THROTTLING: self._throttling}, name, "the simulated exporters")
 
     def _utilisation(self) -> dict[str, WindowStats]:
         world = self._world

@@ -18,12 +18,14 @@ from scoring.claims import book_from_objects, class_of, class_resource
 from scoring.policy import OptInPolicy, PlacementPolicy
 from sim.cluster_context import ClusterContext
 from sim.llm import world as serving_world
+from sim.llm.gpus import draw_conditions, lowest_free
+from sim.llm.host import draw_layout
 from sim.node_state import IMAGE_SIZE_ANNOTATION, NodeState, pod_key, status_images
 from sim.plugins.dynamic_resources import claimed_devices
 from sim.llm.hardware import DEFAULT_MODELS, model_named
 from sim.llm.profile import RequestMix
 from sim.scenario import DEFAULT_PRODUCT, PoolShape, Scenario, service_model, service_pool_groups
-from sim.world_state import BURST, Service, SimPod, TickSample, World, demand_now
+from sim.world_state import BURST, Service, SimPod, TickSample, World, demand_now, gpu_count
 
 NAMESPACE = "inference"
 
@@ -98,6 +100,11 @@ def build_world(scenario: Scenario, seed: int) -> World:
                   context=ClusterContext(profile=scenario.scheduler))
     if world.dra:
         _add_templates(world)
+    gpus = {name: units[name] // pools[name].shares_per_gpu for name in nodes}
+    world.llm.conditions = draw_conditions(scenario.conditions.degraded_gpus, gpus, scenario.hours, seed)
+    world.llm.host = draw_layout(scenario.conditions.cpu_neighbours, list(nodes), list(services), seed)
+    for name in world.llm.host.limited_services:
+        services[name].cpu_limited = True
     return world
 
 
@@ -180,6 +187,8 @@ def service_pod(world: World, service: Service) -> SimPod:
             "requests": {"cpu": str(service.cpu), "memory": f"{service.memory_gib}Gi"},
             "limits": {service.pool.resource if service.pool else "nvidia.com/gpu": str(model.tensor_parallel)}}}]},
         "status": {"phase": "Pending"}}
+    if service.cpu_limited:
+        obj["spec"]["containers"][0]["resources"]["limits"]["cpu"] = str(service.cpu)
     # What the replica loads before it serves, as its owner would annotate it.
     obj["metadata"]["annotations"][MODEL_BYTES_ANNOTATION] = str(int(model.weight_bytes))
     if service.pool is not None:
@@ -217,6 +226,7 @@ def training_pods(world: World, job: str, workers: int, gpus: int) -> list[SimPo
 def delete_pod(world: World, pod: SimPod) -> None:
     if pod.node is not None and pod.node in world.nodes:
         world.nodes[pod.node].unbind(pod.obj)
+    world.llm.units_of.pop(pod_key(pod.obj), None)
     world.pods.pop(pod_key(pod.obj), None)
 
 
@@ -229,6 +239,8 @@ def bind(world: World, pod: SimPod, node: str) -> None:
         # The fleet at the first tick was serving before the simulated window opened.
         pod.ready_at = world.now_seconds + startup if world.tick else 0.0
     world.nodes[node].bind(pod.obj, claimed_devices(pod.obj, world.context) if world.dra else None)
+    held = (world.llm.units_of.get(key, ()) for key in world.nodes[node].pods)
+    world.llm.units_of[pod_key(pod.obj)] = lowest_free(held, world.units[node], gpu_count(pod))
 
 
 def cluster_objects(world: World) -> list[dict]:

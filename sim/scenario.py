@@ -223,6 +223,73 @@ class ServingShape:
 
 
 @dataclass(frozen=True)
+class DegradedGpus:
+    """GPUs slower than their peers of the same model, and episodes in which the hardware holds a
+    GPU's clocks down (`sim.llm.gpus`). The exporters show each as a real GPU does: a lower SM
+    clock under load, and NVML's HW-slowdown clock-event bit while an episode lasts."""
+
+    enabled: bool = False
+    speed_sigma: float = 0.1
+    """Each GPU's step time over its model's fastest is 1 + |N(0, σ)|: σ 0.1 puts a GPU 8 % over
+    the fastest on average, the spread between GPUs of one model that issue 46 quotes from Sinha
+    et al., "Not All GPUs Are Created Equal" (SC22, arXiv 2208.11035); the law's shape: assumption."""
+    outlier_share: float = 0.01
+    outlier_stretch: float = 1.5
+    """A share of GPUs are outliers, this much slower: 1.5× is the outliers' figure issue 46 quotes
+    from the same paper; their share: assumption."""
+    slowdown_share: float = 0.005
+    """Share of GPUs in a hardware-slowdown episode at any moment: assumption (no fleet figure we
+    could read gives it; the Llama 3 run's 220 faulty-GPU and HBM3 interruptions in 54 days on
+    16,384 H100s, Dubey et al. 2024, are failures, a floor under it)."""
+    slowdown_seconds: tuple[float, float] = (30.0, 36000.0)
+    """An episode lasts log-uniformly between these: "tens of seconds to nearly ten hours", the
+    fail-slows of Wu et al., "FALCON" (Alibaba, arXiv 2410.12588)."""
+    slowdown_clock_share: float = 0.5
+    """HW slowdown holds the clocks at this share or less: NVML's `HW_SLOWDOWN` reason "reduces
+    the clocks by a factor of 2 or more" (nvml.h). A step stretches as the clock falls: assumption."""
+
+
+@dataclass(frozen=True)
+class CpuNeighbours:
+    """CPU-bound batch pods on GPU nodes, as untainted GPU nodes take them, and serving
+    Deployments that set CPU limits (`sim.llm.host`). The exporters show each as real ones do:
+    node_exporter's CPU pressure (PSI) and cAdvisor's CFS throttled periods."""
+
+    enabled: bool = False
+    node_share: float = 0.5
+    """Share of the GPU nodes that run batch pods: assumption (a fleet whose GPU nodes are not
+    tainted, the CPU pool full)."""
+    batch_demand_share: float = 1.5
+    """Runnable batch threads on such a node over its cores: CPU-bound pods without limits take
+    every idle core (CFS is work-conserving) and run a thread per visible core (Spark's and
+    PyTorch's default pools): assumption."""
+    interference_at_full_host: float = 0.146
+    """Step time lost by a replica on a host whose cores are all busy, from the cache, memory
+    bandwidth and wake-up delays its neighbours cause: 8.8–20.5 % throughput lost to noisy CPU,
+    network and disk neighbours (eunomia.dev, 2026-05-24, as issue 46 quotes it), the mid-point;
+    linear in the host's busy share: assumption."""
+    limited_service_share: float = 0.25
+    """Share of serving Deployments that set `limits.cpu` equal to their request (Guaranteed QoS):
+    assumption."""
+    engine_cores: float = 3.0
+    """Cores vLLM's V1 engine needs busy at once on one GPU: 2 + N (vLLM PR #33940, N = 1)."""
+    spin_share_of_visible_cores: float = 0.33
+    """Threads beyond those that run in bursts under a CFS quota, as a share of the cores the node
+    shows (thread pools sized to the host, not the quota: tobocop2/lilbee #660 measured 48 threads
+    on a 96-core host against a 7.65-core quota): fitted to vLLM #49460's one point (6 CPUs on a
+    172-core node: inter-token latency ×10), so 3 + 0.33 × 172 ≈ 60 cores wanted against 6."""
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """The fleet conditions where placement can change what users feel, each switched on by a
+    scenario (`conditions.<name>.enabled`), so the same fleet runs with and without it."""
+
+    degraded_gpus: DegradedGpus = field(default_factory=DegradedGpus)
+    cpu_neighbours: CpuNeighbours = field(default_factory=CpuNeighbours)
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str = "custom"
     hours: float = 6.0
@@ -242,6 +309,7 @@ class Scenario:
     contention: ContentionShape = field(default_factory=ContentionShape)
     scheduler: Profile = DEFAULT_PROFILE
     """The scheduler profile every policy's scheduler runs (`simulate --scheduler-config`)."""
+    conditions: Conditions = field(default_factory=Conditions)
 
 
 BUILT_IN = {
@@ -293,6 +361,20 @@ BUILT_IN = {
                                 inference=InferenceShape(mean_demand_fraction=0.175)),
     "node-failure": Scenario(name="node-failure", hours=4.0,
                              events=Events(node_failures_at_hour=1.5, failed_nodes=3, failure_duration_hours=1.0)),
+    # Fixed before any run (issue 46), each from a reason: the issue's size, 96 H100 nodes of 8
+    # GPUs for two hours; llm-fleet's services per node (40 on 32 nodes, so 120), its model,
+    # lengths, traffic and autoscaler; every GPU with its own speed from the published spread,
+    # 1 % outliers, and 0.5 % of GPUs in a hardware-slowdown episode at any moment
+    # (`DegradedGpus`: each value's source or "assumption").
+    "llm-degraded-gpus": Scenario(name="llm-degraded-gpus", hours=2.0, serving=ServingShape(model="Llama-3.1-8B"),
+                                  fleet=FleetShape(nodes=96), inference=InferenceShape(services=120),
+                                  conditions=Conditions(degraded_gpus=DegradedGpus(enabled=True))),
+    # Fixed before any run (issue 46): llm-fleet's fleet, model and traffic; half its nodes also
+    # run CPU-bound batch pods that take every idle core, and a quarter of the serving
+    # Deployments set CPU limits equal to their requests (`CpuNeighbours`: each value's source or
+    # "assumption").
+    "llm-cpu-neighbours": Scenario(name="llm-cpu-neighbours", hours=2.0, serving=ServingShape(model="Llama-3.1-8B"),
+                                   conditions=Conditions(cpu_neighbours=CpuNeighbours(enabled=True))),
 }
 
 
@@ -306,6 +388,8 @@ ABOUT = {
     "llm-training-mix": "llm-fleet's replicas beside training jobs",
     "llm-shared-gpus": "llm-fleet's traffic on GPUs time-sliced in two",
     "node-failure": "three nodes fail for an hour, 90 minutes in",
+    "llm-degraded-gpus": "96 H100 nodes whose GPUs differ in speed, a few in hardware-slowdown episodes",
+    "llm-cpu-neighbours": "llm-fleet with CPU-bound batch pods on half its nodes, some replicas under CPU limits",
 }
 """One line on each built-in scenario, for `simulate --list`."""
 
@@ -491,6 +575,25 @@ def _ranges(scenario: Scenario) -> list[tuple[str, bool, str]]:
         within("serving.utilNoisePercent", sv.util_noise_percent, 0, 50),
         within("serving.missingScrapeShare", sv.missing_scrape_share, 0, 0.5),
     ]
+    dg = scenario.conditions.degraded_gpus
+    checks += [
+        within("conditions.degradedGpus.speedSigma", dg.speed_sigma, 0, 1),
+        within("conditions.degradedGpus.outlierShare", dg.outlier_share, 0, 1),
+        within("conditions.degradedGpus.outlierStretch", dg.outlier_stretch, 1, 10),
+        within("conditions.degradedGpus.slowdownShare", dg.slowdown_share, 0, 1),
+        ("conditions.degradedGpus.slowdownSeconds", len(dg.slowdown_seconds) == 2
+         and 0 < dg.slowdown_seconds[0] <= dg.slowdown_seconds[1], "[shortest, longest], 0 < shortest ≤ longest"),
+        within("conditions.degradedGpus.slowdownClockShare", dg.slowdown_clock_share, 0, 1, open_low=True),
+    ]
+    cn = scenario.conditions.cpu_neighbours
+    checks += [
+        within("conditions.cpuNeighbours.nodeShare", cn.node_share, 0, 1),
+        within("conditions.cpuNeighbours.batchDemandShare", cn.batch_demand_share, 0, 10),
+        within("conditions.cpuNeighbours.interferenceAtFullHost", cn.interference_at_full_host, 0, 1),
+        within("conditions.cpuNeighbours.limitedServiceShare", cn.limited_service_share, 0, 1),
+        within("conditions.cpuNeighbours.engineCores", cn.engine_cores, 0, 64),
+        within("conditions.cpuNeighbours.spinShareOfVisibleCores", cn.spin_share_of_visible_cores, 0, 1),
+    ]
     for i, pool in enumerate(f.pools):
         checks += [within(f"fleet.pools[{i}].nodes", pool.nodes, 1, 2000),
                    within(f"fleet.pools[{i}].gpusPerNode", pool.gpus_per_node, 1, 16),
@@ -538,6 +641,6 @@ def named(name: str) -> Scenario:
     return BUILT_IN[name]
 
 
-__all__ = ["ABOUT", "BUILT_IN", "ContentionShape", "Events", "ServingShape", "FleetShape", "InferenceShape", "PoolShape", "PoolShare", "Scenario", "TaintShape",
+__all__ = ["ABOUT", "BUILT_IN", "Conditions", "ContentionShape", "CpuNeighbours", "DegradedGpus", "Events", "ServingShape", "FleetShape", "InferenceShape", "PoolShape", "PoolShare", "Scenario", "TaintShape",
            "TrainingShape", "checked", "load_scenario", "overridden",
            "named", "replace"]

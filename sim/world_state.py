@@ -43,6 +43,8 @@ class Service:
     """A latency-sensitive service (`inference.latencySensitiveShare`): its TTFT is tallied apart too."""
     host_load: float = 0.0
     """Host cores its replicas keep busy beyond a replica's own, as a multiple of those (`twinHostLoad`)."""
+    cpu_limited: bool = False
+    """Its Deployment sets `limits.cpu` equal to its request (`conditions.cpuNeighbours`)."""
 
 
 @dataclass

@@ -102,7 +102,8 @@ class HostCpu:
         }
 
     def aggregate(self, samples: Sequence[GpuSample]) -> dict[str, list[Series]]:
-        """Nothing: GPU samples carry no host figures (the simulator exports none yet)."""
+        """Nothing: GPU samples carry no host figures (the simulator answers its rows beside them,
+        `sim.policies.gpu_balancer.host_rows`)."""
         return {}
 
     def read(self, rows: Rows, node_of: NodeOf) -> dict[str, dict[str, Any]]:

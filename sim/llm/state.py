@@ -8,6 +8,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sim.llm.gpus import GpuConditions
+from sim.llm.host import NO_NEIGHBOURS, HostLayout
+
 EDGES_MS = np.geomspace(0.1, 1e7, 14001)
 """Histogram bins from 0.1 ms to 10⁴ s, 0.13 % wide: ten times finer than a difference worth
 reporting between policies, so no verdict turns on one bin."""
@@ -21,12 +24,21 @@ class GpuReport(NamedTuple):
     sm_clock_mhz: float
     temperature_c: float
     clock_reasons: int
-    """NVML clock-event reasons bitmask: `GPU_IDLE`, `SW_POWER_CAP`."""
+    """NVML clock-event reasons bitmask: `GPU_IDLE`, `SW_POWER_CAP`, `HW_SLOWDOWN`."""
     sm_active: float
     """The kernel share, 0–1 (GR_ENGINE_ACTIVE and SM_ACTIVE; GPU_UTIL × 100 before noise)."""
     sm_occupancy: float
     pipe_tensor_active: float
     dram_active: float
+
+
+class HostReading(NamedTuple):
+    """A node's CPU as its exporters show it over a tick (`sim.llm.host`)."""
+
+    waiting_share: float
+    """PSI "some": the share of time a runnable task waited for a CPU."""
+    throttled_share: float
+    """The worst share of CFS periods throttled among its GPU pods' containers."""
 
 
 class ServingState(NamedTuple):
@@ -79,6 +91,8 @@ class RequestTally:
     requests: float = 0.0
     within_slo: float = 0.0
     retried: float = 0.0
+    on_degraded_gpu: float = 0.0
+    """Requests served by a replica whose GPU ran `DEGRADED_STRETCH` or more slower than its model's fastest."""
 
 
 @dataclass
@@ -95,3 +109,11 @@ class ServingWorld:
     """Pod key → (DRAM, tensor activity) at the last tick, for the power channel."""
     lost: list[tuple[str, float, float]] = field(default_factory=list)
     """(service, requests in flight, ms they had been in) of replicas evicted or lost this tick."""
+    units_of: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Pod key → the units of its node it holds, from its binding until it goes (`sim.llm.gpus`)."""
+    conditions: GpuConditions = field(default_factory=GpuConditions)
+    """Each GPU's speed and slowdown episodes (`conditions.degradedGpus`)."""
+    host: HostLayout = NO_NEIGHBOURS
+    """Where batch pods run and which Deployments set CPU limits (`conditions.cpuNeighbours`)."""
+    host_readings: list[dict[str, "HostReading"]] = field(default_factory=list)
+    """Per tick where `host` is on: node → what node_exporter and cAdvisor show of its CPU."""

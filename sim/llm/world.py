@@ -24,10 +24,21 @@ The node's slowdown, s = 1 + contention.scale × (host CPU + power + PCIe), chan
   under MPS (kernels run together); each replica gets 1 / `replicasPerGpu` of vLLM's 90 % of the
   memory, so a smaller KV cache (both laws: assumption).
 
+Fleet conditions a scenario switches on (`conditions:`, issue 46), each its own module:
+- degraded GPUs (`sim.llm.gpus`): each GPU's own speed from the published spread and its
+  hardware-slowdown episodes stretch the steps of the replica holding it (the slowest of a
+  tensor-parallel replica's GPUs sets the pace); a pod keeps the GPUs it was given;
+- CPU neighbours (`sim.llm.host`): batch pods busy a node's cores, which costs its replicas
+  `interferenceAtFullHost` of step time times the host's busy share (in place of the host-CPU
+  channel above), and a Deployment's CFS quota stretches its replicas' steps by the cores their
+  threads want over the limit, the GPU waiting meanwhile (its busy share falls by as much).
+
 The exporters see each GPU from what runs on it (`GpuReport`): the kernel share, the profiling
 fields, the preallocated framebuffer, power from activity, temperature from power, the SM clock
-(its boost clock, held down past the node's power budget with the SW power cap reason; an idle
-GPU parks its clock with the GPU idle reason).
+(its boost clock, held down past the node's power budget with the SW power cap reason, lower on a
+slower GPU, halved in a hardware slowdown with the HW slowdown reason; an idle GPU parks its clock
+with the GPU idle reason). node_exporter's CPU pressure and cAdvisor's CFS throttling are kept per
+node where CPU neighbours are a condition (`world.llm.host_readings`).
 
 Request-level percentiles: each replica's requests this tick carry its TTFT, TPOT and E2E
 quantiles, weighted by its request count, into log-binned histograms over the run.
@@ -42,12 +53,14 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.llm.engine import GPU_MEMORY_UTILIZATION, Knobs
+from sim.llm import host
+from sim.llm.gpus import DEGRADED_STRETCH, HW_SLOWDOWN
 from sim.llm.hardware import Gpu, Model, gpu_of_product, mig_slice, model_named
 from sim.llm.profile import QUANTILES, ReplicaProfile, profile
-from sim.llm.state import GpuReport, ServingState
+from sim.llm.state import GpuReport, HostReading, ServingState
 from sim.llm.telemetry import MIB
 from sim.node_state import pod_key
-from sim.world_state import SimPod, TickSample, World, demand_now, gpu_count
+from sim.world_state import SimPod, TickSample, World, demand_now
 
 TDP_W = {"A100-40GB": 400, "A100-80GB": 400, "H100-80GB": 700, "H200": 700, "L4": 72, "L40S": 350, "RTX-4090": 450,
          "RTX-A6000": 300}
@@ -74,21 +87,36 @@ AMBIENT_C, KELVIN_PER_WATT = 24.0, 0.065
 of a real scrape (`shared/real_exporters/aicr-h100-…`: 26–30 °C at 66–69 W); 70 °C at 700 W."""
 GPU_IDLE, SW_POWER_CAP = 0x1, 0x4
 """NVML's clock-event reasons (`DCGM_FI_DEV_CLOCK_THROTTLE_REASONS` is their bitmask): the clocks
-are low because nothing runs, or because the power limit holds them down."""
+are low because nothing runs, or because the power limit holds them down (`HW_SLOWDOWN`: the
+hardware does)."""
+
+
+class GpuState(NamedTuple):
+    """What a GPU's own condition does to its clock (`sim.llm.gpus`): its speed against its model's
+    fastest (a slower GPU holds a lower clock under load: assumption, the way Sinha et al. saw the
+    spread, through power and clocks), and the share of it a hardware slowdown leaves."""
+
+    speed_stretch: float = 1.0
+    slowdown_clock_share: float = 1.0
+
+
+HEALTHY = GpuState()
 
 
 def gpu_report(gpu: Gpu, fb_used_mib: float, watts: float, busy: float, occupancy: float, tensor: float,
-               dram: float, power_excess: float) -> GpuReport:
-    """A GPU's report from its activity and its node's power excess (scale included): past the
-    budget the node's power manager lowers the clocks until the draw fits, clock ∝ power
-    (assumption), so the clock falls as 1 / (1 + excess) with the reason SW power cap."""
+               dram: float, power_excess: float, state: GpuState = HEALTHY) -> GpuReport:
+    """A GPU's report from its activity, its node's power excess (scale included) and its own
+    state: past the budget the node's power manager lowers the clocks until the draw fits, clock
+    ∝ power (assumption), so the clock falls as 1 / (1 + excess) with the reason SW power cap; a
+    hardware slowdown cuts it to its share with the reason HW slowdown, busy or idle."""
+    slowed = HW_SLOWDOWN if state.slowdown_clock_share < 1 else 0
     if busy <= 0:
-        return GpuReport(fb_used_mib, watts, IDLE_SM_CLOCK_MHZ, AMBIENT_C + KELVIN_PER_WATT * watts, GPU_IDLE,
-                         0.0, 0.0, 0.0, 0.0)
-    capped = power_excess > 0
-    return GpuReport(fb_used_mib, watts, gpu.max_sm_clock_mhz / (1 + power_excess),
-                     AMBIENT_C + KELVIN_PER_WATT * watts, SW_POWER_CAP if capped else 0, busy, occupancy, tensor,
-                     dram)
+        return GpuReport(fb_used_mib, watts, IDLE_SM_CLOCK_MHZ, AMBIENT_C + KELVIN_PER_WATT * watts,
+                         GPU_IDLE | slowed, 0.0, 0.0, 0.0, 0.0)
+    capped = SW_POWER_CAP if power_excess > 0 else 0
+    clock = gpu.max_sm_clock_mhz / (1 + power_excess) / state.speed_stretch * state.slowdown_clock_share
+    return GpuReport(fb_used_mib, watts, clock, AMBIENT_C + KELVIN_PER_WATT * watts, capped | slowed, busy, occupancy,
+                     tensor, dram)
 
 
 def model_of(world: World, service: str) -> Model:
@@ -152,25 +180,28 @@ def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
                     ) -> tuple[dict[str, float], dict[tuple[str, int], float], dict[str, float], dict[str, float]]:
     """Each node's step slowdown (CPU and power), the PCIe penalty per (node, first GPU index),
     each node's power over its budget (as a share of it, times the scale: what its clocks lose),
-    and the SM-sharing stretch per replica on a shared GPU (pod key)."""
+    and the SM-sharing stretch per replica on a shared GPU (pod key). Where CPU neighbours are a
+    condition, the host channel is theirs (`sim.llm.host`), and its readings join
+    `world.llm.host_readings`."""
 
-    co = world.scenario.contention
+    co, layout = world.scenario.contention, world.llm.host
     slowdown, pcie, power_excess, sharing = {}, {}, {}, {}
+    readings: dict[str, HostReading] = {}
     for name, pods in by_node.items():
         tdp = tdp_w(gpu_of_node(world, name))
         shares = shares_of(world, name)
         gpu_total = world.units[name] // shares
         mps = world.nodes[name].labels.get("nvidia.com/gpu.sharing-strategy") == "mps"
         cores = 0.0
-        index, noisy_switches, placed = 0, set(), []
+        noisy_switches, placed = set(), []
         # Physical GPU → summed DRAM and tensor activity of its replicas, and 1 when it trains.
         activity: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         on_gpu: dict[int, list[tuple[str, float]]] = defaultdict(list)
         for pod in pods:
-            count = gpu_count(pod)
-            gpus = {gpu_of_unit(index + i, gpu_total) for i in range(count)}
+            held = units_held(world, pod)
+            gpus = {gpu_of_unit(u, gpu_total) for u in held}
             switches = {g // co.gpus_per_pcie_switch for g in gpus}
-            placed.append((pod, index, switches))
+            placed.append((pod, held[0], switches))
             if pod.training_job is not None:
                 cores += co.training_cores_per_worker
                 for g in gpus:
@@ -186,12 +217,17 @@ def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
                     noisy_switches |= switches
                 elif shares > 1:
                     demand = _sharing_demand(mps, busy, dram, tensor)
-                    on_gpu[gpu_of_unit(index, gpu_total)].append((pod_key(pod.obj), demand))
-            index += count
+                    on_gpu[gpu_of_unit(held[0], gpu_total)].append((pod_key(pod.obj), demand))
         host_power = sum(tdp * TRAINING_POWER_SHARE if training else power_w(tdp, min(1.0, dram), min(1.0, tensor))
                          for dram, tensor, training in activity.values())
         host_power += (gpu_total - len(activity)) * tdp * IDLE_SHARE
-        cpu = max(0.0, cores / world.nodes[name].allocatable.get("cpu", 1) - 1)
+        node_cores = world.nodes[name].allocatable.get("cpu", 1)
+        cpu = max(0.0, cores / node_cores - 1)
+        if layout.enabled:
+            busy, waiting = host.host_busy(layout.shape, node_cores, name in layout.batch_nodes, cores)
+            cpu = host.interference(layout.shape, busy)
+            throttled = max((host.throttled_share(_quota_stretch(world, pod)) for pod in pods), default=0.0)
+            readings[name] = HostReading(waiting, throttled)
         budget = co.gpu_power_budget_share * tdp * gpu_total
         power_excess[name] = co.scale * max(0.0, host_power / budget - 1)
         slowdown[name] = 1 + co.scale * cpu + power_excess[name] * co.power_sensitivity
@@ -203,7 +239,24 @@ def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
             total = sum(demand for _, demand in replicas)
             for key, demand in replicas:
                 sharing[key] = co.scale * (total - demand)
+    if layout.enabled:
+        world.llm.host_readings.append(readings)
     return slowdown, pcie, power_excess, sharing
+
+
+def _quota_stretch(world: World, pod: SimPod) -> float:
+    """How much the pod's CFS quota stretches its steps (1: it sets no CPU limit, or is not serving)."""
+    if pod.service is None or not world.services[pod.service].cpu_limited or not is_ready(world, pod):
+        return 1.0
+    limit = float(world.services[pod.service].cpu)
+    cores = world.nodes[pod.node].allocatable.get("cpu", 1)
+    return 1 + world.scenario.contention.scale * (
+        host.quota_stretch(world.llm.host.shape, limit, len(units_held(world, pod)), cores) - 1)
+
+
+def units_held(world: World, pod: SimPod) -> tuple[int, ...]:
+    """The units of its node the pod holds (`sim.llm.gpus`)."""
+    return world.llm.units_of[pod_key(pod.obj)]
 
 
 def _sharing_demand(mps: bool, busy: float, dram: float, tensor: float) -> float:
@@ -227,6 +280,7 @@ class _Rows:
     load: list[float] = field(default_factory=list)
     slowdown: list[float] = field(default_factory=list)
     even: list[float] = field(default_factory=list)
+    degraded: list[bool] = field(default_factory=list)
 
 
 def measure(world: World):
@@ -251,7 +305,7 @@ def measure(world: World):
         gpu = gpu_of_node(world, name)
         units, busy_units = _node_units(world, name, by_node.get(name, ()), profiles, gpu,
                                         (slowdown, pcie, sharing, even), rows)
-        per_gpu[name], readings[name] = _scrape(world, gpu, units, noise, power_excess[name])
+        per_gpu[name], readings[name] = _scrape(world, name, gpu, units, noise, power_excess[name])
         work[name] = 100 * busy_units / world.units[name]
     _serve(world, rows, serving, world.scenario.tick_seconds)
     _serve_lost(world, profiles)
@@ -288,10 +342,13 @@ def _node_units(world: World, name: str, pods, profiles: _Profiles, gpu, slowdow
     busy units; each serving replica's row joins `rows` for `_serve`."""
     slowdown, pcie, sharing, even = slowdowns
     tdp, shares = tdp_w(gpu), shares_of(world, name)
+    gpu_total = world.units[name] // shares
     preallocated = GPU_MEMORY_UTILIZATION / shares * gpu.memory_bytes / MIB
-    busy_units, index, units = 0.0, 0, []
+    busy_units = 0.0
+    slots: list[_Unit | None] = [None] * world.units[name]
     for pod in pods:
-        count = gpu_count(pod)
+        held = units_held(world, pod)
+        count, index = len(held), held[0]
         key = pod_key(pod.obj)
         if pod.training_job is not None:
             util, fb, watts = TRAINING_UTIL, 0.8 * gpu.memory_bytes / MIB, tdp * TRAINING_POWER_SHARE
@@ -301,7 +358,12 @@ def _node_units(world: World, name: str, pods, profiles: _Profiles, gpu, slowdow
             util, fb, watts = 0.0, preallocated, tdp * IDLE_SHARE
             dram = tensor = occupancy = 0.0
         else:
-            s = slowdown[name] + pcie.get((name, index), 0.0) + sharing.get(key, 0.0)
+            # The slowest of its GPUs sets its steps' pace (tensor-parallel ranks wait for each other).
+            own = max(world.llm.conditions.step_stretch(name, gpu_of_unit(u, gpu_total), world.now_seconds)
+                      for u in held)
+            # A CFS quota stretches the step while the GPU waits for the CPU: its busy share falls.
+            quota = _quota_stretch(world, pod)
+            s = (slowdown[name] + pcie.get((name, index), 0.0) + sharing.get(key, 0.0)) * own * quota
             prof = profiles.of(name, pod.service)
             rows.profiles.append(prof)
             rows.pods.append(pod)
@@ -309,28 +371,32 @@ def _node_units(world: World, name: str, pods, profiles: _Profiles, gpu, slowdow
             rows.load.append(pod.load)
             rows.slowdown.append(s)
             rows.even.append(even[name])
+            rows.degraded.append(own >= DEGRADED_STRETCH)
             lower, share = prof.weights(np.asarray([pod.load * s]))
-            util = 100 * float(prof.mix_of(prof.busy, lower, share)[0])
-            dram = float(prof.mix_of(prof.dram_active, lower, share)[0])
-            tensor = float(prof.mix_of(prof.tensor_active, lower, share)[0])
-            occupancy = float(prof.mix_of(prof.sm_occupancy, lower, share)[0])
+            util = 100 * float(prof.mix_of(prof.busy, lower, share)[0]) / quota
+            dram = float(prof.mix_of(prof.dram_active, lower, share)[0]) / quota
+            tensor = float(prof.mix_of(prof.tensor_active, lower, share)[0]) / quota
+            occupancy = float(prof.mix_of(prof.sm_occupancy, lower, share)[0]) / quota
             world.llm.activity[key] = (dram, tensor, util / 100)
             fb, watts = preallocated, power_w(tdp, dram, tensor)
             busy_units += min(1.0, pod.load * s) * count
-        units += [_Unit(util, fb, watts, occupancy, tensor, dram, key, pod.training_job is not None)] * count
-        index += count
-    units += [_Unit(0.0, IDLE_FB_MIB / shares, tdp * IDLE_SHARE, 0.0, 0.0, 0.0, None, False)] * (
-        world.units[name] - index)
+        unit = _Unit(util, fb, watts, occupancy, tensor, dram, key, pod.training_job is not None)
+        for u in held:
+            slots[u] = unit
+    idle = _Unit(0.0, IDLE_FB_MIB / shares, tdp * IDLE_SHARE, 0.0, 0.0, 0.0, None, False)
+    units = [idle if unit is None else unit for unit in slots]
     if shares > 1:
-        units = _as_shared(units, world.units[name] // shares, tdp)
+        units = _as_shared(units, gpu_total, tdp)
     return units, busy_units
 
 
-def _scrape(world: World, gpu, units: list, noise: np.random.Generator, power_excess: float
+def _scrape(world: World, name: str, gpu, units: list, noise: np.random.Generator, power_excess: float
             ) -> tuple[dict[int, tuple[float, str | None] | None], dict[int, GpuReport]]:
     """One node's exporter readings: per unit, GPU_UTIL with its noise (None: a missed scrape)
-    and the pod it names; per unit, the GPU's report (a pod's units, and the spares, share one)."""
+    and the pod it names; per unit, the GPU's report (a pod's units, and the spares, share one,
+    unless their GPUs' own states differ)."""
     sv = world.scenario.serving
+    gpu_total = world.units[name] // shares_of(world, name)
     per_gpu: dict[int, tuple[float, str | None] | None] = {}
     readings: dict[int, GpuReport] = {}
     reports: dict[int, GpuReport] = {}
@@ -338,11 +404,20 @@ def _scrape(world: World, gpu, units: list, noise: np.random.Generator, power_ex
         per_gpu[index] = None if noise.random() < sv.missing_scrape_share else (
             float(np.clip(unit.util + noise.normal(0, sv.util_noise_percent) if unit.util else 0.0, 0, 100)),
             unit.key)
-        if (report := reports.get(id(unit))) is None:
-            report = reports[id(unit)] = gpu_report(gpu, unit.fb, unit.watts, unit.util / 100, unit.occupancy,
-                                                    unit.tensor, unit.dram, power_excess)
+        state = gpu_state(world, name, gpu_of_unit(index, gpu_total))
+        if (report := reports.get((id(unit), state))) is None:
+            report = reports[id(unit), state] = gpu_report(gpu, unit.fb, unit.watts, unit.util / 100, unit.occupancy,
+                                                           unit.tensor, unit.dram, power_excess, state)
         readings[index] = report
     return per_gpu, readings
+
+
+def gpu_state(world: World, node: str, gpu: int) -> GpuState:
+    conditions = world.llm.conditions
+    if not conditions.stretch:
+        return HEALTHY
+    slowed = conditions.slowed(node, gpu, world.now_seconds)
+    return GpuState(conditions.stretch.get((node, gpu), 1.0), conditions.clock_share if slowed else 1.0)
 
 
 class _Unit(NamedTuple):
@@ -459,6 +534,7 @@ def _serve(world: World, rows: _Rows, serving: dict[str, ServingState], dt: floa
         if (sensitive := np.asarray([world.services[p.service].sensitive for p in pods])).any():
             tally.ttft_sensitive.add(ttft[sensitive], requests[sensitive])
         tally.requests += float(requests.sum())
+        tally.on_degraded_gpu += float(requests[np.asarray([rows.degraded[i] for i in members])].sum())
         met = (ttft <= sv.ttft_slo_ms) & (tpot <= sv.tpot_slo_ms)  # each quantile pair as a request: assumption
         tally.within_slo += float((met.mean(axis=1) * requests).sum())
         running = prof.mix_of(prof.running, lower, share)

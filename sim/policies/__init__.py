@@ -6,8 +6,10 @@ line in `REGISTERED` below."""
 from __future__ import annotations
 
 import random
+from dataclasses import fields
 
 from scoring.policy import BalancerPolicy
+from sim.policies.best_placement import BestPlacement
 from sim.policies.coolest_node import CoolestNode, Oracle
 from sim.policies.exporters import EPOCH, observed_samples, sim_time, telemetry_lag
 from sim.policies.gpu_balancer import (SERVING_POLICY, GpuBalancer, GpuBalancerServing, claim_book, preferred_nodes,
@@ -21,7 +23,7 @@ from sim.policies.stock import Stock, StockGpuScored
 
 REGISTERED: tuple[type[Policy], ...] = (
     Stock, StockGpuScored, LowNodeUtilization, Spread, LowNodeUtilizationActual, LoadAware, GpuBalancer,
-    GpuBalancerServing, Oracle, CoolestNode,
+    GpuBalancerServing, Oracle, CoolestNode, BestPlacement,
 )
 
 
@@ -41,8 +43,11 @@ oracle."""
 
 
 def policies_for(scenario) -> tuple[str, ...]:
-    """The policies a scenario compares (every scenario the same line-up)."""
-    return POLICIES
+    """The policies a scenario compares: every scenario the same line-up, and where a fleet
+    condition is on, the reference that knows it (`best-placement`) too."""
+    conditions = scenario.conditions
+    return POLICIES + ("best-placement",) if any(getattr(conditions, f.name).enabled for f in fields(conditions)) \
+        else POLICIES
 
 
 def make_policy(name: str, seed: int, balancer: BalancerPolicy | None = None) -> Policy:
@@ -53,7 +58,8 @@ def make_policy(name: str, seed: int, balancer: BalancerPolicy | None = None) ->
     return POLICY_CLASSES[name](rng)
 
 
-__all__ = ["EPOCH", "POLICIES", "POLICY_ABOUT", "POLICY_CLASSES", "REGISTERED", "SERVING_POLICY", "CoolestNode",
+__all__ = ["EPOCH", "POLICIES", "POLICY_ABOUT", "POLICY_CLASSES", "REGISTERED", "SERVING_POLICY", "BestPlacement",
+           "CoolestNode",
            "GpuBalancer", "GpuBalancerServing", "LoadAware", "LowNodeUtilization", "LowNodeUtilizationActual",
            "Oracle", "Policy", "Spread", "Stock", "StockGpuScored", "claim_book", "make_policy", "observed_samples",
            "policies_for", "preferred_nodes", "sim_time", "target_load_packing", "telemetry_lag", "watched_view"]

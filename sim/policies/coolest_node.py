@@ -9,6 +9,10 @@ from sim.scheduler import evaluate
 from sim.policies.stock import Stock, requested_units
 
 
+def feasible(world: World, pod: SimPod) -> list:
+    return [v for v in evaluate(pod.obj, list(world.nodes.values()), context=world.context) if v.feasible]
+
+
 class Oracle(Stock):
     """Full knowledge of true current load: each pod goes to the feasible node that stays coolest."""
 
@@ -16,7 +20,10 @@ class Oracle(Stock):
     about = "coolest-node by its former name"
 
     def place(self, world: World, pod: SimPod) -> str | None:
-        verdicts = [v for v in evaluate(pod.obj, list(world.nodes.values()), context=world.context) if v.feasible]
+        return self.coolest(world, pod, feasible(world, pod))
+
+    def coolest(self, world: World, pod: SimPod, verdicts: list) -> str | None:
+        """The coolest of these feasible nodes, the pod's expected load booked at once."""
         if not verdicts:
             return None
         load: Counter = Counter()

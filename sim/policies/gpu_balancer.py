@@ -28,6 +28,7 @@ from scoring import dcgm
 from scoring.serving import (ServingReplica, SustainedServing, latency_label, pressure_of, target_for,
                              with_peers, with_serving, workload_of_pod)
 from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
+from scoring.signals import host_cpu
 from scoring.telemetry import ClusterSnapshot, WindowStats
 from scoring.workloads import gpu_request
 from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView
@@ -59,6 +60,17 @@ def watched_view(world: World, policy: BalancerPolicy, now: datetime) -> Cluster
     for kind, objects in by_kind.items():
         state.replace(kind, objects, now)
     return state.view(now)
+
+
+def host_rows(world: World, lag: int) -> dict[str, list[Series]]:
+    """What the host-CPU signal's queries would answer from node_exporter's and cAdvisor's series,
+    where the world has CPU neighbours (`sim.llm.host`); none elsewhere, as a cluster that does not
+    scrape them."""
+    if len(world.llm.host_readings) <= lag:
+        return {}
+    readings = world.llm.host_readings[-1 - lag]
+    return {host_cpu.WAITING: [Series({"node": n}, r.waiting_share) for n, r in readings.items()],
+            host_cpu.THROTTLED: [Series({"node": n}, r.throttled_share) for n, r in readings.items()]}
 
 
 def preferred_nodes(pod: dict) -> tuple[str, ...]:
@@ -140,8 +152,8 @@ class GpuBalancer(Stock):
         # kube-state-metrics' kube_node_labels, as a cluster exporting the topology labels shows them.
         node_labels = [Series({"node": n.name, **{ksm_label_name(k): n.labels[k] for k in keys if k in n.labels}}, 1.0)
                        for n in world.nodes.values()]
-        snapshot = build_snapshot(aggregate_samples(samples), taken_at=now, newest_sample_at=taken,
-                                  node_labels=node_labels, topology_keys=keys)
+        snapshot = build_snapshot(aggregate_samples(samples) | host_rows(world, lag), taken_at=now,
+                                  newest_sample_at=taken, node_labels=node_labels, topology_keys=keys)
         if self.reads_serving(world) and len(world.serving) > lag:
             snapshot = with_serving(snapshot, self.serving_replicas(world.serving[-1 - lag]))
         return snapshot, fleet_heat(snapshot, self.policy.heat, now=now,

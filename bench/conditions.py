@@ -45,7 +45,7 @@ def one_run(job: tuple[str, bool, int, float | None]) -> tuple[str, bool, int, d
 
 
 def from_file(path: Path) -> tuple[str, BySeed]:
-    """A `simulate --seeds --output json` file as (title, seed → policy → metrics)."""
+    """A `simulate --output json` file as (its scenario, seed → policy → metrics)."""
     document = json.loads(path.read_text())
     by_seed: BySeed = {}
     for policy, metrics in document["results"].items():
@@ -54,7 +54,7 @@ def from_file(path: Path) -> tuple[str, BySeed]:
             per_seed = stats["per_seed"] if isinstance(stats, dict) else {document["seed"]: stats}
             for seed, value in per_seed.items():
                 by_seed.setdefault(int(seed), {}).setdefault(policy, {})[metric] = value
-    return f"{document['scenario']} ({path.name})", by_seed
+    return document["scenario"], by_seed
 
 
 def cell(values: list[float], form: str) -> str:
@@ -70,7 +70,7 @@ def summarise(title: str, by_seed: BySeed) -> list[str]:
 
     lines = [f"\n{title}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}): mean [min–max]",
              f"{'policy':27s}{'TTFT p99 ms':>24s}{'TTFT p50':>10s}{'TPOT p99':>10s}{'SLO %':>8s}"
-             f"{'degraded %':>11s}{'evictions':>10s}{'gap closed':>11s}"]
+             f"{'degraded %':>11s}{'unlimited p99':>14s}{'evictions':>10s}{'gap closed':>11s}"]
     stock = fmean(values("stock", "ttft_p99_ms"))
     best = fmean(values(REFERENCE, "ttft_p99_ms")) if REFERENCE in policies else None
     for policy in policies:
@@ -80,6 +80,7 @@ def summarise(title: str, by_seed: BySeed) -> list[str]:
                      f"{fmean(values(policy, 'ttft_p50_ms')):10.0f}{fmean(values(policy, 'tpot_p99_ms')):10.1f}"
                      f"{100 * fmean(values(policy, 'slo_attainment')):8.2f}"
                      f"{fmean(values(policy, 'requests_on_degraded_gpu_percent')):11.2f}"
+                     f"{fmean(values(policy, 'ttft_p99_unlimited_ms')):14.0f}"
                      f"{fmean(values(policy, 'evictions')):10.1f}{gap:>11s}")
     if best is not None:
         beaten = [(s, p) for s in seeds for p in policies
@@ -111,8 +112,15 @@ def main() -> int:
                         help="summarise a simulate --seeds --output json file instead of running (repeatable)")
     args = parser.parse_args()
     if args.files:
+        # Files of one scenario (seeds run apart) are summarised together.
+        merged: dict[str, tuple[list[str], BySeed]] = {}
         for path in args.files:
-            print("\n".join(summarise(*from_file(path))))
+            scenario, by_seed = from_file(path)
+            names, seeds = merged.setdefault(scenario, ([], {}))
+            names.append(path.name)
+            seeds.update(by_seed)
+        for scenario, (names, by_seed) in merged.items():
+            print("\n".join(summarise(f"{scenario} ({', '.join(names)})", by_seed)))
         return 0
     names = args.scenarios.split(",")
     unknown = [n for n in names if n not in CONDITIONS]

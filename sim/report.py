@@ -19,7 +19,8 @@ FORMATS = {"ttft_p99_ms": "{:.0f}", "ttft_p50_ms": "{:.0f}", "tpot_p99_ms": "{:.
            "node_util_cov": "{:.3f}", "ttft_p99_sensitive_ms": "{:.0f}", "evictions": "{:.0f}", "pending_pods": "{:.2f}",
            "evictions_per_pod_hour_percent": "{:.2f}", "training_jobs_in_one_clique": "{:.0%}",
            "advice_feasible": "{:.1%}", "advice_followed": "{:.1%}",
-           "placed_on_avoided": "{:.1%}", "requests_on_degraded_gpu_percent": "{:.2f}"}
+           "placed_on_avoided": "{:.1%}", "requests_on_degraded_gpu_percent": "{:.2f}",
+           "ttft_p99_unlimited_ms": "{:.0f}"}
 LABELS = {
     "ttft_p99_ms": ("TTFT p99 (ms)", "99th percentile of time to first token over every request"),
     "ttft_p50_ms": ("TTFT p50 (ms)", "median time to first token over every request"),
@@ -37,6 +38,8 @@ LABELS = {
     "advice_feasible": ("advice feasible (%)", "advised pods whose every preferred node could take them"),
     "advice_followed": ("advice followed (%)", "advised pods that bound to one of their preferred nodes"),
     "placed_on_avoided": ("on avoided nodes (%)", "new pods bound to a node gpu-balancer's advice avoids (hot or unhealthy)"),
+    "ttft_p99_unlimited_ms": ("TTFT p99 unlimited (ms)",
+                              "TTFT p99 of the requests of services whose Deployments set no CPU limit"),
     "requests_on_degraded_gpu_percent": ("on a degraded GPU (%)",
                                          "requests served on a GPU 1.25× or more slower than its model's fastest"),
 }

@@ -46,6 +46,10 @@ class GpuConditions:
     def slowed(self, node: str, gpu: int, now: float) -> bool:
         return any(start <= now < end for start, end in self.episodes.get((node, gpu), ()))
 
+    def episode_left(self, node: str, gpu: int, now: float) -> float:
+        """Seconds left of the slowdown episode the GPU is in (0 where it is in none)."""
+        return next((end - now for start, end in self.episodes.get((node, gpu), ()) if start <= now < end), 0.0)
+
     def step_stretch(self, node: str, gpu: int, now: float) -> float:
         """How much longer this GPU takes for a step than its model's fastest, now."""
         slow = 1 / self.clock_share if self.slowed(node, gpu, now) else 1.0

@@ -88,6 +88,8 @@ class RequestTally:
     ttft_even: Histogram = field(default_factory=Histogram)
     ttft_sensitive: Histogram = field(default_factory=Histogram)
     """TTFT of the latency-sensitive services' requests only."""
+    ttft_unlimited: Histogram = field(default_factory=Histogram)
+    """TTFT of the requests of services that set no CPU limit, where CPU neighbours are a condition."""
     requests: float = 0.0
     within_slo: float = 0.0
     retried: float = 0.0

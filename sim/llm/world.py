@@ -533,6 +533,9 @@ def _serve(world: World, rows: _Rows, serving: dict[str, ServingState], dt: floa
         tally.ttft_even.add(ttft_even, requests)
         if (sensitive := np.asarray([world.services[p.service].sensitive for p in pods])).any():
             tally.ttft_sensitive.add(ttft[sensitive], requests[sensitive])
+        if world.llm.host.enabled:
+            unlimited = ~np.asarray([world.services[p.service].cpu_limited for p in pods])
+            tally.ttft_unlimited.add(ttft[unlimited], requests[unlimited])
         tally.requests += float(requests.sum())
         tally.on_degraded_gpu += float(requests[np.asarray([rows.degraded[i] for i in members])].sum())
         met = (ttft <= sv.ttft_slo_ms) & (tpot <= sv.tpot_slo_ms)  # each quantile pair as a request: assumption

@@ -1,37 +1,90 @@
 """A reference that bounds what placement can win: it reads the world's true state, each GPU's
-speed and slowdown episodes included, which no exporter shows whole. Pure.
+speed and slowdown episodes and each node's CPU neighbours included, which no exporter shows
+whole. Pure.
 
 A serving replica's share of its service's traffic does not depend on where it runs (traffic is
-split evenly over ready replicas), so where it runs changes only how fast its steps are: the
-GPUs it would get, and its node's contention. Each replica goes to the feasible node whose next
-free GPUs are fastest now (within 1 %, the spread the exporters' own noise leaves), then to the
-coolest of those, booked at once as `coolest-node` books it; training workers as `coolest-node`.
+split evenly over ready replicas), so where it runs changes only how fast its steps are: the GPUs
+it would get, and its node's host. Each replica goes to the feasible node where its steps would be
+fastest now (within 1 %, the spread the exporters' own noise leaves), then to the coolest of
+those, booked at once as `coolest-node` books it; training workers as `coolest-node`. Every
+descheduler pass it moves a replica off a GPU that has turned slow (`DEGRADED_STRETCH`) where a
+faster GPU is free and the time it stays slow (known: the episode's end, or the rest of the run
+for a GPU slow by nature) pays for a start from nothing on the speed it gains.
 """
 
 from __future__ import annotations
 
-from sim.llm.gpus import lowest_free
-from sim.llm.world import gpu_of_unit, shares_of
+from sim.engine import recreate
+from sim.llm import host
+from sim.llm.gpus import DEGRADED_STRETCH, lowest_free
+from sim.llm.world import gpu_of_unit, is_ready, model_of, shares_of, units_held
 from sim.policies.coolest_node import CoolestNode, feasible
+from sim.scheduler import evaluate
 from sim.world_state import SimPod, World, gpu_count
+
+HOST_CORES_PER_REPLICA = 2.0
+"""As `contention.hostCoresPerReplica`: what a replica adds to its node's busy cores."""
 
 
 class BestPlacement(CoolestNode):
     name = "best-placement"
-    about = "the reference: each replica on the node whose free GPUs are fastest now (true state), then the coolest"
+    about = "the reference: each replica where its steps are fastest now (true state), moved off GPUs that turn slow"
 
     def place(self, world: World, pod: SimPod) -> str | None:
-        if pod.service is None or not world.llm.conditions.stretch:
+        if pod.service is None or not (world.llm.conditions.stretch or world.llm.host.enabled):
             return super().place(world, pod)
         verdicts = feasible(world, pod)
         stretch = {v.name: _stretch_there(world, pod, v.name) for v in verdicts}
         fastest = min(stretch.values(), default=1.0)
         return self.coolest(world, pod, [v for v in verdicts if stretch[v.name] <= fastest * 1.01])
 
+    def deschedule(self, world: World) -> None:
+        conditions, now = world.llm.conditions, world.now_seconds
+        if not conditions.stretch:
+            return
+        moved: set[str] = set()
+        for pod in [p for p in world.pods.values() if p.service is not None and is_ready(world, p)]:
+            if pod.service in moved:
+                continue  # one replica of a service at a time: its peers carry its traffic meanwhile
+            gpus = world.units[pod.node] // shares_of(world, pod.node)
+            slow = [gpu_of_unit(u, gpus) for u in units_held(world, pod)]
+            own = max(conditions.step_stretch(pod.node, g, now) for g in slow)
+            if own < DEGRADED_STRETCH:
+                continue
+            episode = max(conditions.episode_left(pod.node, g, now) for g in slow)
+            stays_slow = episode or world.scenario.hours * 3600 - now
+            elsewhere = min((_stretch_there(world, pod, name) for name in _other_nodes(world, pod)), default=own)
+            if stays_slow * (1 - elsewhere / own) > _fresh_start_seconds(world, pod):
+                recreate(world, pod)
+                world.evictions += 1
+                moved.add(pod.service)
+
+
+def _other_nodes(world: World, pod: SimPod) -> list[str]:
+    """The nodes its replacement could bind to: feasible for the pod as its controller makes it again."""
+    again = {**pod.obj, "spec": {k: v for k, v in pod.obj["spec"].items() if k != "nodeName"}}
+    return [v.name for v in evaluate(again, list(world.nodes.values()), context=world.context)
+            if v.feasible and v.name != pod.node]
+
 
 def _stretch_there(world: World, pod: SimPod, node: str) -> float:
-    """The step stretch of the slowest GPU the pod would be given on the node now."""
+    """How much longer the pod's steps would take on the node now than on its model's fastest GPU
+    on an idle host: the slowest GPU it would be given there, times its host's interference."""
     held = (world.llm.units_of.get(key, ()) for key in world.nodes[node].pods)
     units = lowest_free(held, world.units[node], gpu_count(pod)) or (0,)
     gpus = world.units[node] // shares_of(world, node)
-    return max(world.llm.conditions.step_stretch(node, gpu_of_unit(u, gpus), world.now_seconds) for u in units)
+    gpu = max(world.llm.conditions.step_stretch(node, gpu_of_unit(u, gpus), world.now_seconds) for u in units)
+    layout = world.llm.host
+    if not layout.enabled:
+        return gpu
+    replicas = sum(1 for key in world.nodes[node].pods if world.pods.get(key) and world.pods[key].service)
+    busy, _ = host.host_busy(layout.shape, world.nodes[node].allocatable.get("cpu", 1), node in layout.batch_nodes,
+                             HOST_CORES_PER_REPLICA * (replicas + 1))
+    return gpu * (1 + world.scenario.contention.scale * host.interference(layout.shape, busy))
+
+
+def _fresh_start_seconds(world: World, pod: SimPod) -> float:
+    """A replica's start where nothing is cached: its image, its weights, the engine's start."""
+    sv = world.scenario.serving
+    return (world.services[pod.service].image_bytes / sv.image_pull_bytes_per_second
+            + model_of(world, pod.service).weight_bytes / sv.weight_load_bytes_per_second + sv.startup_seconds)

@@ -86,3 +86,13 @@ def test_switched_off_the_condition_leaves_the_world_as_it_was():
     on = build_world(named("llm-cpu-neighbours"), 1)
     limited = [s for s in on.services.values() if s.cpu_limited]
     assert limited and len(limited) < len(on.services)
+
+
+def test_the_report_gives_the_ttft_of_services_without_cpu_limits_apart():
+    from sim.run import run_policy
+
+    capped = replace(with_condition(neighbours(limited_service_share=0.5, node_share=0.0)), hours=0.1)
+    metrics = run_policy(capped, "stock", 1).metrics
+    # The capped services' queues set the fleet's p99; the others' is that of an uncapped fleet.
+    assert metrics["ttft_p99_unlimited_ms"] < metrics["ttft_p99_ms"]
+    assert "ttft_p99_unlimited_ms" not in run_policy(replace(SMALL, hours=0.1), "stock", 1).metrics

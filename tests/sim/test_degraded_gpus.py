@@ -121,3 +121,25 @@ def test_the_report_counts_the_requests_that_met_a_degraded_gpu():
     assert 90 < run_policy(every, "stock", 1).metrics["requests_on_degraded_gpu_percent"] <= 100
     assert run_policy(none, "stock", 1).metrics["requests_on_degraded_gpu_percent"] == 0
     assert "requests_on_degraded_gpu_percent" not in run_policy(replace(SMALL, hours=0.1), "stock", 1).metrics
+
+
+def _slowed_under_a_replica(episode_seconds: float):
+    """SMALL placed, every GPU of the model's speed, the GPU under one replica in a slowdown for
+    `episode_seconds` from now."""
+    from sim.llm.gpus import GpuConditions
+
+    world = placed(with_condition(degraded(speed_sigma=0.0, outlier_share=0.0, slowdown_share=0.0)), ticks_run=1)
+    key, held = next((k, u) for k, u in world.llm.units_of.items() if world.pods[k].service)
+    node = world.pods[key].node
+    gpus = {(n, g): 1.0 for n in world.nodes for g in range(8)}
+    world.llm.conditions = GpuConditions(gpus, {(node, held[0]): ((0.0, episode_seconds),)}, 0.5)
+    return world, key
+
+
+def test_best_placement_moves_a_replica_off_a_gpu_that_stays_slow_long_enough_to_pay_and_only_then():
+    from sim.policies import make_policy
+
+    for episode, moved in ((36000.0, True), (60.0, False)):
+        world, key = _slowed_under_a_replica(episode)
+        make_policy("best-placement", 1).deschedule(world)
+        assert (key not in world.pods) == moved and world.evictions == int(moved), episode

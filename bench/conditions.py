@@ -20,13 +20,13 @@ from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.serving_world import PEERS, cell  # noqa: E402
 from sim.run import compare  # noqa: E402
 from sim.scenario import named, overridden  # noqa: E402
 from sim.seeds import parse_seeds  # noqa: E402
 
 CONDITIONS = {"llm-degraded-gpus": "degradedGpus", "llm-cpu-neighbours": "cpuNeighbours"}
 """Each condition scenario built so far, and its condition's key under `conditions:`."""
-PEERS = ("stock", "spread", "lownodeutilization-actual", "load-aware")
 NEVER_EVICT = ("stock", "spread", "load-aware", "coolest-node", "best-placement")
 """The policies that place and never evict: with a condition off they should agree."""
 REFERENCE = "best-placement"
@@ -55,10 +55,6 @@ def from_file(path: Path) -> tuple[str, BySeed]:
             for seed, value in per_seed.items():
                 by_seed.setdefault(int(seed), {}).setdefault(policy, {})[metric] = value
     return document["scenario"], by_seed
-
-
-def cell(values: list[float], form: str) -> str:
-    return f"{form.format(fmean(values))} [{form.format(min(values))}–{form.format(max(values))}]"
 
 
 def summarise(title: str, by_seed: BySeed) -> list[str]:

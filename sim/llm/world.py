@@ -259,6 +259,13 @@ def units_held(world: World, pod: SimPod) -> tuple[int, ...]:
     return world.llm.units_of[pod_key(pod.obj)]
 
 
+def held_stretch(world: World, node: str, units: tuple[int, ...]) -> float:
+    """How much longer a step takes now on these units of the node than on their model's fastest
+    GPU: the slowest of their GPUs sets the pace (tensor-parallel ranks wait for each other)."""
+    gpus = world.units[node] // shares_of(world, node)
+    return max(world.llm.conditions.step_stretch(node, gpu_of_unit(u, gpus), world.now_seconds) for u in units)
+
+
 def _sharing_demand(mps: bool, busy: float, dram: float, tensor: float) -> float:
     """What a replica takes of a GPU it shares, as its neighbours' steps feel it: under
     time-slicing the contexts take turns, so its kernel share of the time; under MPS kernels run
@@ -358,9 +365,7 @@ def _node_units(world: World, name: str, pods, profiles: _Profiles, gpu, slowdow
             util, fb, watts = 0.0, preallocated, tdp * IDLE_SHARE
             dram = tensor = occupancy = 0.0
         else:
-            # The slowest of its GPUs sets its steps' pace (tensor-parallel ranks wait for each other).
-            own = max(world.llm.conditions.step_stretch(name, gpu_of_unit(u, gpu_total), world.now_seconds)
-                      for u in held)
+            own = held_stretch(world, name, held)
             # A CFS quota stretches the step while the GPU waits for the CPU: its busy share falls.
             quota = _quota_stretch(world, pod)
             s = (slowdown[name] + pcie.get((name, index), 0.0) + sharing.get(key, 0.0)) * own * quota

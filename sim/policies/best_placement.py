@@ -17,9 +17,8 @@ from __future__ import annotations
 from sim.engine import recreate
 from sim.llm import host
 from sim.llm.gpus import DEGRADED_STRETCH, lowest_free
-from sim.llm.world import gpu_of_unit, is_ready, model_of, shares_of, units_held
+from sim.llm.world import gpu_of_unit, held_stretch, is_ready, model_of, shares_of, units_held
 from sim.policies.coolest_node import CoolestNode, feasible
-from sim.scheduler import evaluate
 from sim.world_state import SimPod, World, gpu_count
 
 HOST_CORES_PER_REPLICA = 2.0
@@ -46,34 +45,26 @@ class BestPlacement(CoolestNode):
         for pod in [p for p in world.pods.values() if p.service is not None and is_ready(world, p)]:
             if pod.service in moved:
                 continue  # one replica of a service at a time: its peers carry its traffic meanwhile
-            gpus = world.units[pod.node] // shares_of(world, pod.node)
-            slow = [gpu_of_unit(u, gpus) for u in units_held(world, pod)]
-            own = max(conditions.step_stretch(pod.node, g, now) for g in slow)
+            held = units_held(world, pod)
+            own = held_stretch(world, pod.node, held)
             if own < DEGRADED_STRETCH:
                 continue
-            episode = max(conditions.episode_left(pod.node, g, now) for g in slow)
+            gpus = world.units[pod.node] // shares_of(world, pod.node)
+            episode = max(conditions.episode_left(pod.node, gpu_of_unit(u, gpus), now) for u in held)
             stays_slow = episode or world.scenario.hours * 3600 - now
-            elsewhere = min((_stretch_there(world, pod, name) for name in _other_nodes(world, pod)), default=own)
+            elsewhere = min((_stretch_there(world, pod, v.name) for v in feasible(world, pod) if v.name != pod.node),
+                            default=own)
             if stays_slow * (1 - elsewhere / own) > _fresh_start_seconds(world, pod):
                 recreate(world, pod)
                 world.evictions += 1
                 moved.add(pod.service)
 
 
-def _other_nodes(world: World, pod: SimPod) -> list[str]:
-    """The nodes its replacement could bind to: feasible for the pod as its controller makes it again."""
-    again = {**pod.obj, "spec": {k: v for k, v in pod.obj["spec"].items() if k != "nodeName"}}
-    return [v.name for v in evaluate(again, list(world.nodes.values()), context=world.context)
-            if v.feasible and v.name != pod.node]
-
-
 def _stretch_there(world: World, pod: SimPod, node: str) -> float:
     """How much longer the pod's steps would take on the node now than on its model's fastest GPU
     on an idle host: the slowest GPU it would be given there, times its host's interference."""
     held = (world.llm.units_of.get(key, ()) for key in world.nodes[node].pods)
-    units = lowest_free(held, world.units[node], gpu_count(pod)) or (0,)
-    gpus = world.units[node] // shares_of(world, node)
-    gpu = max(world.llm.conditions.step_stretch(node, gpu_of_unit(u, gpus), world.now_seconds) for u in units)
+    gpu = held_stretch(world, node, lowest_free(held, world.units[node], gpu_count(pod)) or (0,))
     layout = world.llm.host
     if not layout.enabled:
         return gpu

@@ -10,7 +10,11 @@ from sim.policies.stock import Stock, requested_units
 
 
 def feasible(world: World, pod: SimPod) -> list:
-    return [v for v in evaluate(pod.obj, list(world.nodes.values()), context=world.context) if v.feasible]
+    """The nodes the pod could bind to, a bound one judged as its controller would make it again."""
+    obj = pod.obj
+    if "nodeName" in obj["spec"]:
+        obj = {**obj, "spec": {k: v for k, v in obj["spec"].items() if k != "nodeName"}}
+    return [v for v in evaluate(obj, list(world.nodes.values()), context=world.context) if v.feasible]
 
 
 class Oracle(Stock):

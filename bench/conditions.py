@@ -25,9 +25,12 @@ from sim.run import compare  # noqa: E402
 from sim.scenario import named, overridden  # noqa: E402
 from sim.seeds import parse_seeds  # noqa: E402
 
-CONDITIONS = {"llm-degraded-gpus": "degradedGpus", "llm-cpu-neighbours": "cpuNeighbours"}
-"""Each condition scenario built so far, and its condition's key under `conditions:`."""
-NEVER_EVICT = ("stock", "spread", "load-aware", "coolest-node", "best-placement")
+CONDITIONS = {"llm-degraded-gpus": ("degradedGpus", "failures"), "llm-cpu-neighbours": ("cpuNeighbours",),
+              "llm-cold-start": ("coldStart",)}
+"""Each condition scenario built so far, and its conditions' keys under `conditions:`."""
+NEVER_EVICT = ("stock", "spread", "load-aware", "coolest-node", "cache-affinity", "best-placement")
+CONDITION_PEERS = PEERS + ("cache-affinity",)
+"""The peers as their users run them, the one that uses the model cache included where it runs."""
 """The policies that place and never evict: with a condition off they should agree."""
 REFERENCE = "best-placement"
 
@@ -37,8 +40,8 @@ BySeed = dict[int, dict[str, dict[str, float]]]
 def one_run(job: tuple[str, bool, int, float | None]) -> tuple[str, bool, int, dict[str, dict[str, float]]]:
     name, on, seed, hours = job
     scenario = named(name)
-    if not on:
-        scenario = overridden(scenario, f"conditions.{CONDITIONS[name]}.enabled", "false")
+    for key in () if on else CONDITIONS[name]:
+        scenario = overridden(scenario, f"conditions.{key}.enabled", "false")
     if hours is not None:
         scenario = replace(scenario, hours=hours)
     return name, on, seed, {p: r.metrics for p, r in compare(scenario, seed).items()}
@@ -66,7 +69,7 @@ def summarise(title: str, by_seed: BySeed) -> list[str]:
 
     lines = [f"\n{title}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}): mean [min–max]",
              f"{'policy':27s}{'TTFT p99 ms':>24s}{'TTFT p50':>10s}{'TPOT p99':>10s}{'SLO %':>8s}"
-             f"{'degraded %':>11s}{'unlimited p99':>14s}{'evictions':>10s}{'gap closed':>11s}"]
+             f"{'degraded %':>11s}{'unlimited p99':>14s}{'ready p50 s':>12s}{'evictions':>10s}{'gap closed':>11s}"]
     stock = fmean(values("stock", "ttft_p99_ms"))
     best = fmean(values(REFERENCE, "ttft_p99_ms")) if REFERENCE in policies else None
     for policy in policies:
@@ -77,13 +80,14 @@ def summarise(title: str, by_seed: BySeed) -> list[str]:
                      f"{100 * fmean(values(policy, 'slo_attainment')):8.2f}"
                      f"{fmean(values(policy, 'requests_on_degraded_gpu_percent')):11.2f}"
                      f"{fmean(values(policy, 'ttft_p99_unlimited_ms')):14.0f}"
+                     f"{fmean(values(policy, 'time_to_ready_p50_s')):12.0f}"
                      f"{fmean(values(policy, 'evictions')):10.1f}{gap:>11s}")
     if best is not None:
         beaten = [(s, p) for s in seeds for p in policies
                   if by_seed[s][p]["ttft_p99_ms"] < by_seed[s][REFERENCE]["ttft_p99_ms"] - 1e-9]
         lines.append(f"{REFERENCE} beaten on TTFT p99 in {len(beaten)} of {len(seeds) * (len(policies) - 1)} "
                      f"policy-seeds{': ' + ', '.join(f'{p} seed {s}' for s, p in beaten[:8]) if beaten else ''}")
-    peers = [p for p in PEERS if p in policies]
+    peers = [p for p in CONDITION_PEERS if p in policies]
     if "gpu-balancer" in policies and peers:
         best_peer = min(peers, key=lambda p: fmean(values(p, "ttft_p99_ms")))
         ours, theirs = fmean(values("gpu-balancer", "ttft_p99_ms")), fmean(values(best_peer, "ttft_p99_ms"))

@@ -49,8 +49,9 @@ def restart_seconds(annotations: Mapping[str, str], policy: DeschedulerPolicy) -
         return policy.restart_cost_seconds
     # A pull everywhere: the destination's images are not weighed here (yet).
     startup = PodStartup((("image", image),) if image else (), model or 0.0)
-    costs = StartupCosts(policy.image_pull_bytes_per_second, policy.weight_load_bytes_per_second, policy.startup_seconds)
-    return time_to_ready(startup, {}, costs).seconds
+    costs = StartupCosts(policy.image_pull_bytes_per_second, policy.weight_load_bytes_per_second, policy.startup_seconds,
+                         policy.remote_weight_load_bytes_per_second)
+    return time_to_ready(startup, None, costs).seconds
 
 
 def recovered_share(source_util: float, destination_util: float, replica: ServingReplica | None) -> float:

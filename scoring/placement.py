@@ -59,6 +59,9 @@ class NodeAdvice:
     """Why an avoided node was not excluded, where one was not (said on the pod)."""
     ready: tuple[tuple[str, str], ...] = ()
     """(node, its estimated time to ready for this pod) for the preferred nodes, where estimated."""
+    urgent: str = ""
+    """Why the pod's service needs it serving soon (e.g. "svc queueing"): the advice then ranks by
+    time to ready and adds no spread term. Empty in steady state."""
 
     @property
     def hard(self) -> bool:
@@ -110,16 +113,20 @@ class PlacementIndex:
     stale: bool
     topology: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     """Node → (topology label, value), tightest domain first, where telemetry knows them."""
+    queueing: frozenset[tuple[str, str]] = frozenset()
+    """(namespace, workload) of the services whose replicas are over their serving target
+    (`scoring.serving.queueing_workloads`): their new replicas are urgent."""
 
 
-def index_fleet(fleet: FleetHeat, topology: Mapping[str, tuple[tuple[str, str], ...]] | None = None
-                ) -> PlacementIndex:
+def index_fleet(fleet: FleetHeat, topology: Mapping[str, tuple[tuple[str, str], ...]] | None = None,
+                queueing: frozenset[tuple[str, str]] = frozenset()) -> PlacementIndex:
     ranked = [(base, node.gpus_free, node.name) for node in fleet.nodes if (base := base_headroom(node)) > 0]
     ranked.sort(key=lambda entry: (-entry[0], -entry[1], entry[2]))
     avoided = tuple(NodeAvoidance(n.name, str(n.tier) + (f", {why}" if (why := signals.explain(n.reasons)) else ""),
                                   n.tier == Tier.UNHEALTHY)
                     for n in fleet.nodes if n.tier >= Tier.HOT)
-    return PlacementIndex(tuple(ranked), avoided, sum(free for _, free, _ in ranked), fleet.stale, dict(topology or {}))
+    return PlacementIndex(tuple(ranked), avoided, sum(free for _, free, _ in ranked), fleet.stale, dict(topology or {}),
+                          queueing)
 
 
 class _ViewDomains(Mapping[str, tuple[tuple[str, str], ...]]):

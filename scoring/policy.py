@@ -288,6 +288,10 @@ class DeschedulerPolicy:
     """Registry to node, for the `gpu-balancer.io/image-bytes` annotation: assumption."""
     weight_load_bytes_per_second: float = 2e9
     """Storage to GPU memory, for the `gpu-balancer.io/model-bytes` annotation: assumption."""
+    remote_weight_load_bytes_per_second: float = 13.4e6
+    """The same from the remote store, for a pod that names its model (`gpu-balancer.io/model`, a
+    Fluid Dataset) on a node without Fluid's cache label for it: ~20 minutes for an 8B model's
+    16 GB per worker (NVIDIA Dynamo's model-caching docs, as issue 46 quotes them)."""
     startup_seconds: float = 30.0
     """A model server's start once its weights are loaded ("Graph capturing finished in 20-30
     secs" in vLLM's start-up log): assumption."""
@@ -504,8 +508,9 @@ def validate_policy(policy: BalancerPolicy) -> None:
     _require(d.payback_horizon_seconds >= 0, "descheduler.paybackHorizonSeconds", "must not be negative")
     _require(d.restart_cost_seconds >= 0 and d.startup_seconds >= 0, "descheduler.restartCostSeconds",
              "restartCostSeconds and startupSeconds must not be negative")
-    _require(d.image_pull_bytes_per_second > 0 and d.weight_load_bytes_per_second > 0,
-             "descheduler.imagePullBytesPerSecond", "imagePullBytesPerSecond and weightLoadBytesPerSecond must be positive")
+    _require(d.image_pull_bytes_per_second > 0 and d.weight_load_bytes_per_second > 0
+             and d.remote_weight_load_bytes_per_second > 0,
+             "descheduler.imagePullBytesPerSecond", "imagePullBytesPerSecond, weightLoadBytesPerSecond and remoteWeightLoadBytesPerSecond must be positive")
     for path, kind, choices in (("descheduler.strategies", "strategy", d.strategies),
                                 ("heat.signals", "signal", heat.signals)):
         names = [choice.name for choice in choices]

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scoring.feasibility import NodeFacts
-from scoring.images import IMAGE_BYTES_ANNOTATION, MODEL_BYTES_ANNOTATION, annotated_bytes, pod_images
+from scoring.images import (IMAGE_BYTES_ANNOTATION, MODEL_ANNOTATION, MODEL_BYTES_ANNOTATION, annotated_bytes,
+                            caches_model, pod_images)
 from scoring.objects import as_dict
 from scoring.policy import BalancerPolicy, DeschedulerPolicy, PlacementPolicy
 
@@ -26,6 +27,8 @@ class StartupCosts:
     image_pull_bytes_per_second: float = DeschedulerPolicy.image_pull_bytes_per_second
     weight_load_bytes_per_second: float = DeschedulerPolicy.weight_load_bytes_per_second
     startup_seconds: float = DeschedulerPolicy.startup_seconds
+    remote_weight_bytes_per_second: float = DeschedulerPolicy.remote_weight_load_bytes_per_second
+    """For a pod that names its model (`gpu-balancer.io/model`), on a node whose cache lacks it."""
     unknown_image_bytes: float = 10e9
     """An image no node lists and the pod does not size: vLLM's serving image is ~10 GB (assumption)."""
     horizon_seconds: float = PlacementPolicy.ready_horizon_seconds
@@ -40,17 +43,22 @@ class PodStartup:
     """(normal image name, bytes), bytes from the pod's annotation, any node's status.images, or
     the default."""
     model_bytes: float
+    model: tuple[str, str] | None = None
+    """(namespace, Fluid Dataset) of the weights where the pod names them: a node that caches the
+    dataset loads them at the local rate, any other from the remote store."""
 
 
 @dataclass(frozen=True, slots=True)
 class ReadyEstimate:
     seconds: float
     missing_bytes: float
+    remote_weights: bool = False
+    """The pod names its model and the node does not cache it."""
 
     def describe(self) -> str:
-        """e.g. "~38 s (image cached)" or "~113 s (pull 15.0 GB)"."""
+        """e.g. "~38 s (image cached)" or "~1,313 s (pull 5.2 GB, weights remote)"."""
         fetched = "image cached" if not self.missing_bytes else f"pull {self.missing_bytes / 1e9:.1f} GB"
-        return f"~{self.seconds:.0f} s ({fetched})"
+        return f"~{self.seconds:,.0f} s ({fetched}{', weights remote' if self.remote_weights else ''})"
 
 
 def pod_startup(pod: Mapping, sizes: Mapping[str, int], costs: StartupCosts) -> PodStartup:
@@ -61,14 +69,20 @@ def pod_startup(pod: Mapping, sizes: Mapping[str, int], costs: StartupCosts) -> 
     sized = tuple((name, float(sizes[name]) if name in sizes else
                    annotated if annotated is not None and len(images) == 1 else costs.unknown_image_bytes)
                   for name in images)
-    return PodStartup(sized, annotated_bytes(annotations, MODEL_BYTES_ANNOTATION) or 0.0)
+    dataset = annotations.get(MODEL_ANNOTATION)
+    model = (str(as_dict(pod.get("metadata")).get("namespace", "")), dataset) \
+        if isinstance(dataset, str) and dataset else None
+    return PodStartup(sized, annotated_bytes(annotations, MODEL_BYTES_ANNOTATION) or 0.0, model)
 
 
-def time_to_ready(startup: PodStartup, node_images: Mapping[str, int], costs: StartupCosts) -> ReadyEstimate:
-    missing = sum(size for name, size in startup.images if name not in node_images)
-    seconds = (missing / costs.image_pull_bytes_per_second + startup.model_bytes / costs.weight_load_bytes_per_second
-               + costs.startup_seconds)
-    return ReadyEstimate(seconds, missing)
+def time_to_ready(startup: PodStartup, node: NodeFacts | None, costs: StartupCosts) -> ReadyEstimate:
+    """The pod's time to ready on the node (None: a node that holds nothing)."""
+    images, labels = (node.images, node.labels) if node is not None else ({}, {})
+    missing = sum(size for name, size in startup.images if name not in images)
+    remote = startup.model is not None and not caches_model(labels, *startup.model)
+    rate = costs.remote_weight_bytes_per_second if remote else costs.weight_load_bytes_per_second
+    seconds = missing / costs.image_pull_bytes_per_second + startup.model_bytes / rate + costs.startup_seconds
+    return ReadyEstimate(seconds, missing, remote)
 
 
 MIN_SHARE = 0.01
@@ -82,13 +96,21 @@ def serving_share(estimate: ReadyEstimate, costs: StartupCosts) -> float:
     return max(MIN_SHARE, 1.0 - estimate.seconds / costs.horizon_seconds)
 
 
+URGENT_READY_STEP_SECONDS = 30.0
+"""Urgent, nodes ready within the same step of this many seconds rank by headroom: a scrape
+interval, finer than any estimate here is sure of (assumption)."""
+
+
 def by_time_to_ready(ranked: list[tuple[float, int, str]], startup: PodStartup, nodes: Mapping[str, NodeFacts],
-                     costs: StartupCosts, k: int) -> tuple[list[tuple[float, int, str]], tuple[tuple[str, ReadyEstimate], ...]]:
+                     costs: StartupCosts, k: int, urgent: bool = False
+                     ) -> tuple[list[tuple[float, int, str]], tuple[tuple[str, ReadyEstimate], ...]]:
     """The K best of `ranked` (headroom, free GPUs, node) once each headroom is multiplied by the
-    node's serving share, best first (ties keep their order), and each kept node's estimate."""
-    estimates = [time_to_ready(startup, nodes[name].images if name in nodes else {}, costs) for _, _, name in ranked]
+    node's serving share, best first (ties keep their order), and each kept node's estimate.
+    `urgent` (the pod's service is queueing): the soonest ready first, then that score."""
+    estimates = [time_to_ready(startup, nodes.get(name), costs) for _, _, name in ranked]
     scored = sorted(((score * serving_share(e, costs), free, name, e)
-                     for (score, free, name), e in zip(ranked, estimates)), key=lambda entry: -entry[0])[:k]
+                     for (score, free, name), e in zip(ranked, estimates)),
+                    key=lambda entry: (urgent and entry[3].seconds // URGENT_READY_STEP_SECONDS, -entry[0]))[:k]
     return [(score, free, name) for score, free, name, _ in scored], tuple((name, e) for _, _, name, e in scored)
 
 
@@ -99,4 +121,4 @@ def startup_costs(policy: BalancerPolicy) -> StartupCosts | None:
     if horizon <= 0:
         return None
     return StartupCosts(d.image_pull_bytes_per_second, d.weight_load_bytes_per_second, d.startup_seconds,
-                        horizon_seconds=horizon)
+                        d.remote_weight_load_bytes_per_second, horizon_seconds=horizon)

@@ -10,6 +10,7 @@ kube-state-metrics' `kube_pod_info`. `replicas_from_rows` turns the answers into
 from __future__ import annotations
 
 import math
+from statistics import median
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -137,6 +138,17 @@ def replicas_from_rows(rows: Mapping[str, Sequence[Series]], policy: ServingPoli
             latency_label(by_server[name], policy.quantile), target, workload or workload_of_pod(pod),
             kv_usage=values.get("kv"), running=values.get("running")))
     return with_peers(per_node)
+
+
+def queueing_workloads(snapshot: ClusterSnapshot) -> frozenset[tuple[str, str]]:
+    """(namespace, workload) of every service whose replicas' median pressure is over their target
+    (`ServingReplica.pressure` ≥ 1: waiting requests or latency past it): most of its replicas
+    queue, so a new one serves requests that wait now."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for node in snapshot.nodes:
+        for replica in node.serving:
+            groups.setdefault((replica.namespace, replica.workload), []).append(replica.pressure)
+    return frozenset(key for key, pressures in groups.items() if median(pressures) >= 1)
 
 
 def workload_of_pod(pod: str) -> str:

@@ -13,13 +13,15 @@ from collections import defaultdict
 from dataclasses import replace
 
 from descheduler.cluster import namespace_object
-from scoring.images import MODEL_BYTES_ANNOTATION
+from scoring.images import MODEL_ANNOTATION, MODEL_BYTES_ANNOTATION
 from scoring.claims import book_from_objects, class_of, class_resource
 from scoring.policy import OptInPolicy, PlacementPolicy
 from sim.cluster_context import ClusterContext
 from sim.llm import world as serving_world
 from sim.llm.gpus import draw_conditions, lowest_free
 from sim.llm.host import draw_layout
+from sim.llm import failures
+from sim.llm import startup
 from sim.node_state import IMAGE_SIZE_ANNOTATION, NodeState, pod_key, status_images
 from sim.plugins.dynamic_resources import claimed_devices
 from sim.llm.hardware import DEFAULT_MODELS, model_named
@@ -103,9 +105,25 @@ def build_world(scenario: Scenario, seed: int) -> World:
     gpus = {name: units[name] // pools[name].shares_per_gpu for name in nodes}
     world.llm.conditions = draw_conditions(scenario.conditions.degraded_gpus, gpus, scenario.hours, seed)
     world.llm.host = draw_layout(scenario.conditions.cpu_neighbours, list(nodes), list(services), seed)
+    world.llm.failures = failures.draw_plan(scenario.conditions.failures, gpus, scenario.hours, seed)
     for name in world.llm.host.limited_services:
         services[name].cpu_limited = True
+    _lay_out_cache(world)
     return world
+
+
+def _lay_out_cache(world: World) -> None:
+    """`conditions.coldStart`: the model cache's nodes get Fluid's label for each model served,
+    and every service the shared image (or its own) at the condition's size."""
+    shape = world.scenario.conditions.cold_start
+    world.llm.cache = cache = startup.draw_cache(shape, list(world.nodes), list(world.services), world.seed)
+    if not cache.enabled:
+        return
+    datasets = {startup.dataset_name(s.model) for s in world.services.values()}
+    for name in cache.model_nodes:
+        world.nodes[name].labels.update({startup.fluid_label(NAMESPACE, d): "true" for d in sorted(datasets)})
+    for service in world.services.values():
+        service.image_bytes = int(shape.image_bytes)
 
 
 def _mig_labels(pool: PoolShape) -> dict[str, str]:
@@ -183,7 +201,7 @@ def service_pod(world: World, service: Service) -> SimPod:
         "labels": {"app": service.name, "pod-template-hash": service.template_hash},
         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "controller": True,
                              "name": f"{service.name}-{service.template_hash}", "uid": service.name}]},
-        "spec": {"containers": [{"name": "server", "image": f"registry.example/{service.name}:1", "resources": {
+        "spec": {"containers": [{"name": "server", "image": _image(world, service), "resources": {
             "requests": {"cpu": str(service.cpu), "memory": f"{service.memory_gib}Gi"},
             "limits": {service.pool.resource if service.pool else "nvidia.com/gpu": str(model.tensor_parallel)}}}]},
         "status": {"phase": "Pending"}}
@@ -191,6 +209,8 @@ def service_pod(world: World, service: Service) -> SimPod:
         obj["spec"]["containers"][0]["resources"]["limits"]["cpu"] = str(service.cpu)
     # What the replica loads before it serves, as its owner would annotate it.
     obj["metadata"]["annotations"][MODEL_BYTES_ANNOTATION] = str(int(model.weight_bytes))
+    if world.llm.cache.enabled:
+        obj["metadata"]["annotations"][MODEL_ANNOTATION] = startup.dataset_name(service.model)
     if service.pool is not None:
         obj["spec"]["nodeSelector"] = dict(service.pool.labels)
         if service.pool.taints:
@@ -202,6 +222,11 @@ def service_pod(world: World, service: Service) -> SimPod:
         pod.claimed_units = 1
     world.pods[pod_key(obj)] = pod
     return pod
+
+
+def _image(world: World, service: Service) -> str:
+    return startup.image_of(world.llm.cache, service.name) if world.llm.cache.enabled \
+        else f"registry.example/{service.name}:1"
 
 
 def training_pods(world: World, job: str, workers: int, gpus: int) -> list[SimPod]:
@@ -235,12 +260,14 @@ def bind(world: World, pod: SimPod, node: str) -> None:
     pod.obj["spec"]["nodeName"] = node
     pod.obj["status"]["phase"] = "Running"
     if pod.service is not None:
-        startup = serving_world.ready_seconds(world, pod, node)
+        wait = serving_world.ready_seconds(world, pod, node)
         # The fleet at the first tick was serving before the simulated window opened.
-        pod.ready_at = world.now_seconds + startup if world.tick else 0.0
+        pod.ready_at = world.now_seconds + wait if world.tick else 0.0
     world.nodes[node].bind(pod.obj, claimed_devices(pod.obj, world.context) if world.dra else None)
-    held = (world.llm.units_of.get(key, ()) for key in world.nodes[node].pods)
-    world.llm.units_of[pod_key(pod.obj)] = lowest_free(held, world.units[node], gpu_count(pod))
+    if world.llm.cache.enabled:
+        startup.started(world.llm.cache, node, pod.obj, world.nodes[node].images, world.nodes[node].pods,
+                        world.now_seconds)
+    world.llm.units_of[pod_key(pod.obj)] = lowest_free(taken_units(world, node), world.units[node], gpu_count(pod))
 
 
 def cluster_objects(world: World) -> list[dict]:
@@ -309,6 +336,8 @@ def step_workloads(world: World) -> None:
             _scale(world, service, existing, desired)
         if rng.random() < inf.rollouts_per_service_per_day / (24 * ticks_per_hour):
             service.template_hash = f"{rng.getrandbits(32):08x}"[:9]
+            if startup.upgrades(world.llm.cache):
+                world.llm.cache.tags[service.name] += 1
         stale = [p for p in running if p.obj["metadata"]["labels"]["pod-template-hash"] != service.template_hash]
         if stale:
             _roll_when_ready(world, service, stale)
@@ -321,10 +350,9 @@ def step_workloads(world: World) -> None:
             service_pod(world, target)
     if ev.node_failures_at_hour >= 0 and tick == int(ev.node_failures_at_hour * ticks_per_hour):
         for name in rng.sample(sorted(world.nodes), ev.failed_nodes):
-            world.down[name] = tick + int(ev.failure_duration_hours * ticks_per_hour)
-            world.nodes[name].unschedulable = True
-            for pod in [p for p in world.pods.values() if p.node == name]:
-                recreate(world, pod)
+            lose_node(world, name, tick + int(ev.failure_duration_hours * ticks_per_hour))
+    if world.llm.failures.enabled:
+        _fail(world)
     for name, until in list(world.down.items()):
         if tick >= until:
             world.nodes[name].unschedulable = False
@@ -339,6 +367,48 @@ def step_workloads(world: World) -> None:
             for pod in [p for p in world.pods.values() if p.training_job == job]:
                 delete_pod(world, pod)
             del world.jobs[job]
+
+
+def lose_node(world: World, name: str, until_tick: int) -> None:
+    """A node gone until `until_tick`: unschedulable, its series vanish, its pods made again."""
+    world.down[name] = max(until_tick, world.down.get(name, 0))
+    world.nodes[name].unschedulable = True
+    for pod in [p for p in world.pods.values() if p.node == name]:
+        recreate(world, pod)
+
+
+def _fail(world: World) -> None:
+    """`conditions.failures` for one tick: GPUs that fail now lose their pods and leave the node's
+    allocatable until repaired; nodes lost now go as `lose_node` takes them."""
+    plan, now, dt = world.llm.failures, world.now_seconds, world.scenario.tick_seconds
+    gpu_failures, losses = failures.starting(plan, now - dt, now)
+    for failure in gpu_failures:
+        if (failure.node, failure.gpu) in plan.failed or failure.node in world.down:
+            continue
+        node, shares = world.nodes[failure.node], serving_world.shares_of(world, failure.node)
+        plan.failed[failure.node, failure.gpu] = failure
+        node.allocatable[_gpu_resource(node)] -= shares
+        units = {failure.gpu + k * (world.units[failure.node] // shares) for k in range(shares)}
+        for pod in [p for p in world.pods.values() if p.node == failure.node
+                    and units & set(world.llm.units_of.get(pod_key(p.obj), ()))]:
+            recreate(world, pod)
+    for (name, gpu), failure in list(plan.failed.items()):
+        if failure.until_seconds <= now:
+            del plan.failed[name, gpu]
+            world.nodes[name].allocatable[_gpu_resource(world.nodes[name])] += serving_world.shares_of(world, name)
+    for loss in losses:
+        lose_node(world, loss.node, world.tick + math.ceil((loss.until_seconds - now) / dt))
+
+
+def _gpu_resource(node: NodeState) -> str:
+    return next(r for r in node.allocatable if r.startswith("nvidia.com/"))
+
+
+def taken_units(world: World, node: str) -> list[tuple[int, ...]]:
+    """The node's units its pods hold, and those on failed GPUs: the device plugin gives neither."""
+    held = [world.llm.units_of.get(key, ()) for key in world.nodes[node].pods]
+    shares = serving_world.shares_of(world, node)
+    return held + [world.llm.failures.failed_units(node, world.units[node] // shares, shares)]
 
 
 def _scale(world: World, service: Service, pods: list[SimPod], replicas: int) -> None:

@@ -130,7 +130,7 @@ def _time_to_ready(pod: dict, view: ClusterView, policy: BalancerPolicy) -> dict
     if (costs := startup_costs(policy)) is None:
         return {}
     startup = pod_startup(pod, view.image_sizes, costs)
-    return {name: time_to_ready(startup, facts.images, costs).describe() for name, facts in view.nodes.items()}
+    return {name: time_to_ready(startup, facts, costs).describe() for name, facts in view.nodes.items()}
 
 
 def _claim_lines(claims: PodClaims) -> list[str]:

@@ -20,7 +20,7 @@ FORMATS = {"ttft_p99_ms": "{:.0f}", "ttft_p50_ms": "{:.0f}", "tpot_p99_ms": "{:.
            "evictions_per_pod_hour_percent": "{:.2f}", "training_jobs_in_one_clique": "{:.0%}",
            "advice_feasible": "{:.1%}", "advice_followed": "{:.1%}",
            "placed_on_avoided": "{:.1%}", "requests_on_degraded_gpu_percent": "{:.2f}",
-           "ttft_p99_unlimited_ms": "{:.0f}"}
+           "ttft_p99_unlimited_ms": "{:.0f}", "time_to_ready_p50_s": "{:.0f}", "time_to_ready_p99_s": "{:.0f}"}
 LABELS = {
     "ttft_p99_ms": ("TTFT p99 (ms)", "99th percentile of time to first token over every request"),
     "ttft_p50_ms": ("TTFT p50 (ms)", "median time to first token over every request"),
@@ -40,6 +40,8 @@ LABELS = {
     "placed_on_avoided": ("on avoided nodes (%)", "new pods bound to a node gpu-balancer's advice avoids (hot or unhealthy)"),
     "ttft_p99_unlimited_ms": ("TTFT p99 unlimited (ms)",
                               "TTFT p99 of the requests of services whose Deployments set no CPU limit"),
+    "time_to_ready_p50_s": ("time to ready p50 (s)", "median wait of a new replica from its creation to serving"),
+    "time_to_ready_p99_s": ("time to ready p99 (s)", "99th percentile of that wait: its node, pull, weights and start"),
     "requests_on_degraded_gpu_percent": ("on a degraded GPU (%)",
                                          "requests served on a GPU 1.25× or more slower than its model's fastest"),
 }

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import fmean, pstdev
 
+import numpy as np
+
 from scoring.claims import class_resource
 from sim.avoidance import AvoidanceTally
 from sim.engine import bind, build_world, measure, step_workloads
@@ -93,6 +95,10 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
         metrics["requests_on_degraded_gpu_percent"] = 100 * tally.on_degraded_gpu / tally.requests if tally.requests else 0.0
     if scenario.conditions.cpu_neighbours.enabled:
         metrics["ttft_p99_unlimited_ms"] = tally.ttft_unlimited.quantile(0.99)
+    if world.llm.ready_waits:
+        waits = np.asarray(world.llm.ready_waits)
+        metrics["time_to_ready_p50_s"] = float(np.percentile(waits, 50))
+        metrics["time_to_ready_p99_s"] = float(np.percentile(waits, 99))
     if tally.ttft_sensitive.weights.any():
         metrics["ttft_p99_sensitive_ms"] = tally.ttft_sensitive.quantile(0.99)
     metrics.update(policy.advice_metrics())

@@ -14,6 +14,7 @@ from scoring.feasibility import constraints_for
 from scoring.placement import NO_ADVICE, PlacementIndex, advise, advise_group, node_domains
 from scoring.policy import PlacementPolicy
 from scoring.readiness import StartupCosts, by_time_to_ready, pod_startup
+from scoring.serving import workload_of_pod
 from webhook.ledger import SteeringLedger
 from webhook.mutate import mutate_pod
 from scoring.workloads import BadQuantity, gpu_request, job_size, training_group
@@ -34,6 +35,30 @@ class Decision:
     reason: str
     """A short, bounded code for metrics: why the outcome."""
     detail: str = ""
+
+
+def urgency(pod: dict, namespace: str, index: PlacementIndex, policy: PlacementPolicy) -> str:
+    """Why the pod's service needs it serving soon ("svc queueing": its replicas are over their
+    serving target), else empty."""
+    if not index.queueing:
+        return ""
+    workload = admitted_workload(pod, policy)
+    return f"{workload} queueing" if (namespace, workload) in index.queueing else ""
+
+
+def admitted_workload(pod: dict, policy: PlacementPolicy) -> str:
+    """The workload a pod being created belongs to, as the serving series name it: its workload
+    label, else its name (or `generateName`, "<deployment>-<pod-template-hash>-") less the
+    ReplicaSet's suffixes."""
+    metadata = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
+    if isinstance(workload := labels.get(policy.workload_label), str) and workload:
+        return workload
+    if isinstance(name := metadata.get("name"), str) and name:
+        return workload_of_pod(name)
+    stem = str(metadata.get("generateName") or "").rstrip("-")
+    template = labels.get("pod-template-hash")
+    return stem.removesuffix(f"-{template}") if isinstance(template, str) and template else stem
 
 
 def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry_time: datetime | None,
@@ -90,19 +115,23 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
             ledger.remember_group(group_key, advice.domain, now)
     else:
         k = policy.max_preferred_nodes
-        # Time to ready re-ranks a wider pool of the ranking's best, where some node lists images.
-        timed = startup is not None and view is not None and bool(view.image_sizes)
+        urgent = urgency(pod, request.namespace, index, policy)
+        timing = pod_startup(pod, view.image_sizes, startup) if startup is not None and view is not None else None
+        # Time to ready re-ranks a wider pool of the ranking's best, where some node lists images
+        # or the pod names a model some node may cache.
+        timed = timing is not None and (bool(view.image_sizes) or timing.model is not None)
         ranked, _ = ledger.top(index, telemetry_time, need=max(1, needs.whole_gpus),
                                k=k * READY_CANDIDATES if timed else k, pod=constraints)
         ready: tuple[tuple[str, str], ...] = ()
         if timed:
-            ranked, estimates = by_time_to_ready(ranked, pod_startup(pod, view.image_sizes, startup), view.nodes,
-                                                 startup, k)
+            ranked, estimates = by_time_to_ready(ranked, timing, view.nodes, startup, k, urgent=bool(urgent))
             ready = tuple((node, estimate.describe()) for node, estimate in estimates)
         advice = advise(ledger.feasible_index(index, constraints), gpus_requested=needs.whole_gpus,
                         pending_gpus={}, policy=policy, ranked=ranked)
         if ready and advice.preferred:
             advice = replace(advice, ready=ready[:len(advice.preferred)])
+        if urgent and advice.preferred:
+            advice = replace(advice, urgent=urgent)
     booking = ledger.booking_id() if advice.preferred and not request.dry_run else None
     mutation = mutate_pod(pod, advice, snapshot_age_seconds=snapshot_age_seconds if index else None, policy=policy,
                           booking=booking, claims=needs.claims)

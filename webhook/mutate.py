@@ -136,6 +136,8 @@ def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds:
         _add_node_preferences(spec, advice)
         terms.append("node-affinity")
         parts.append("preferred " + _names(advice.preferred, lambda p: f"{p.node}({p.weight})"))
+    if advice.urgent:
+        parts.insert(0, f"urgent: {advice.urgent}")
     if advice.ready:
         parts.append("ready " + ", ".join(f"{node} {estimate}" for node, estimate in advice.ready))
     excluded = set(advice.excluded)
@@ -164,7 +166,7 @@ def mutate_pod(pod: dict[str, Any], advice: NodeAdvice, *, snapshot_age_seconds:
         _add_packing(spec, group, policy)
         terms.append("pack")
         parts.append(f"pack {group[0]}={group[1]}")
-    elif replicas and policy.replica_spread == "scheduler" and not _has_hostname_spread(spec):
+    elif replicas and policy.replica_spread == "scheduler" and not _has_hostname_spread(spec) and not advice.urgent:
         _add_spread(spec, *replicas)
         terms.append("spread")
         parts.append("spread hostname")

@@ -11,6 +11,7 @@ from datetime import datetime
 from scoring.heat import FleetHeat, fleet_heat
 from scoring.placement import PlacementIndex, index_fleet
 from scoring.policy import BalancerPolicy
+from scoring.serving import queueing_workloads
 from scoring.telemetry import ClusterSnapshot
 from scoring.view import ClusterView
 from webhook.ledger import SteeringLedger
@@ -44,7 +45,7 @@ def assess(snapshot: ClusterSnapshot, policy: BalancerPolicy, now: datetime) -> 
 def telemetry_of(snapshot: ClusterSnapshot, fleet: FleetHeat) -> Telemetry:
     """The ranking for a snapshot whose heat is already known (the simulator keeps the heat for
     its descheduler too). Pure."""
-    index = index_fleet(fleet, {n.name: n.topology for n in snapshot.nodes if n.topology})
+    index = index_fleet(fleet, {n.name: n.topology for n in snapshot.nodes if n.topology}, queueing_workloads(snapshot))
     return Telemetry(index, snapshot.newest_sample_at or snapshot.taken_at, len(snapshot.nodes),
                      tuple((node.name, int(node.tier)) for node in fleet.nodes))
 

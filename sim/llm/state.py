@@ -9,7 +9,9 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.llm.gpus import GpuConditions
+from sim.llm.failures import FailurePlan
 from sim.llm.host import NO_NEIGHBOURS, HostLayout
+from sim.llm.startup import CacheLayout
 
 EDGES_MS = np.geomspace(0.1, 1e7, 14001)
 """Histogram bins from 0.1 ms to 10⁴ s, 0.13 % wide: ten times finer than a difference worth
@@ -30,6 +32,8 @@ class GpuReport(NamedTuple):
     sm_occupancy: float
     pipe_tensor_active: float
     dram_active: float
+    xid: int = 0
+    """The last XID error dcgm-exporter shows for the GPU (`conditions.failures`); 0: none."""
 
 
 class HostReading(NamedTuple):
@@ -103,8 +107,6 @@ class ServingWorld:
     and the tally."""
 
     tally: RequestTally = field(default_factory=RequestTally)
-    images: set[tuple[str, str]] = field(default_factory=set)
-    """(node, image) pairs pulled: a second pod of the image on the node starts without a pull."""
     backlog: dict[str, float] = field(default_factory=dict)
     """Pod key → requests queued past the profile's top."""
     activity: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -117,5 +119,11 @@ class ServingWorld:
     """Each GPU's speed and slowdown episodes (`conditions.degradedGpus`)."""
     host: HostLayout = NO_NEIGHBOURS
     """Where batch pods run and which Deployments set CPU limits (`conditions.cpuNeighbours`)."""
+    failures: FailurePlan = field(default_factory=FailurePlan)
+    """GPU failures and node losses, those under way included (`conditions.failures`)."""
+    cache: CacheLayout = field(default_factory=CacheLayout)
+    """The model cache's nodes, each service's image tag, the images' last use (`conditions.coldStart`)."""
+    ready_waits: list[float] = field(default_factory=list)
+    """Seconds from each new replica's creation to its serving: its wait for a node, then its start."""
     host_readings: list[dict[str, "HostReading"]] = field(default_factory=list)
     """Per tick where `host` is on: node → what node_exporter and cAdvisor show of its CPU."""

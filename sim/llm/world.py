@@ -53,13 +53,13 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.llm.engine import GPU_MEMORY_UTILIZATION, Knobs
-from sim.llm import host
+from sim.llm import host, startup
 from sim.llm.gpus import DEGRADED_STRETCH, HW_SLOWDOWN
 from sim.llm.hardware import Gpu, Model, gpu_of_product, mig_slice, model_named
 from sim.llm.profile import QUANTILES, ReplicaProfile, profile
 from sim.llm.state import GpuReport, HostReading, ServingState
 from sim.llm.telemetry import MIB
-from sim.node_state import pod_key
+from sim.node_state import image_name, pod_key
 from sim.world_state import SimPod, TickSample, World, demand_now
 
 TDP_W = {"A100-40GB": 400, "A100-80GB": 400, "H100-80GB": 700, "H200": 700, "L4": 72, "L40S": 350, "RTX-4090": 450,
@@ -149,14 +149,22 @@ def profile_of(world: World, node: str, service: str) -> ReplicaProfile:
 
 
 def ready_seconds(world: World, pod: SimPod, node: str) -> float:
-    """Seconds from binding to serving: the image pull (once per node: the image is recorded as
-    pulled there), the weights, the start."""
-    sv = world.scenario.serving
+    """Seconds from binding to serving: the image pull where the node's disk lacks the image (the
+    first pod of an image on a node pulls it; the node keeps it), the weights, the start; with
+    `conditions.coldStart` on, its terms (`sim.llm.startup`). Each new replica's wait from its
+    creation is recorded for the report."""
+    sv, cache = world.scenario.serving, world.llm.cache
     image = pod.obj["spec"]["containers"][0]["image"]
-    image_bytes = world.services[pod.service].image_bytes
-    pull = 0.0 if (node, image) in world.llm.images else image_bytes / sv.image_pull_bytes_per_second
-    world.llm.images.add((node, image))
-    return pull + model_of(world, pod.service).weight_bytes / sv.weight_load_bytes_per_second + sv.startup_seconds
+    weights = model_of(world, pod.service).weight_bytes
+    if cache.enabled:
+        seconds = startup.terms(cache, image, world.nodes[node].images, node, weights, sv.startup_seconds).total
+    else:
+        pull = 0.0 if image_name(image) in world.nodes[node].images else \
+            world.services[pod.service].image_bytes / sv.image_pull_bytes_per_second
+        seconds = pull + weights / sv.weight_load_bytes_per_second + sv.startup_seconds
+    if world.tick:
+        world.llm.ready_waits.append(world.now_seconds - pod.created_tick * world.scenario.tick_seconds + seconds)
+    return seconds
 
 
 def is_ready(world: World, pod: SimPod) -> bool:
@@ -405,15 +413,19 @@ def _scrape(world: World, name: str, gpu, units: list, noise: np.random.Generato
     per_gpu: dict[int, tuple[float, str | None] | None] = {}
     readings: dict[int, GpuReport] = {}
     reports: dict[int, GpuReport] = {}
+    plan = world.llm.failures
     for index, unit in enumerate(units):
+        gpu_index = gpu_of_unit(index, gpu_total)
+        if plan.failed and plan.vanished(name, gpu_index):
+            continue  # fallen off the bus: NVML no longer lists it, so neither does the exporter
         per_gpu[index] = None if noise.random() < sv.missing_scrape_share else (
             float(np.clip(unit.util + noise.normal(0, sv.util_noise_percent) if unit.util else 0.0, 0, 100)),
             unit.key)
-        state = gpu_state(world, name, gpu_of_unit(index, gpu_total))
+        state = gpu_state(world, name, gpu_index)
         if (report := reports.get((id(unit), state))) is None:
             report = reports[id(unit), state] = gpu_report(gpu, unit.fb, unit.watts, unit.util / 100, unit.occupancy,
                                                            unit.tensor, unit.dram, power_excess, state)
-        readings[index] = report
+        readings[index] = report._replace(xid=plan.xid(name, gpu_index)) if plan.failed else report
     return per_gpu, readings
 
 

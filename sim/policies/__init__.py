@@ -10,6 +10,7 @@ from dataclasses import fields
 
 from scoring.policy import BalancerPolicy
 from sim.policies.best_placement import BestPlacement
+from sim.policies.cache_affinity import CacheAffinity
 from sim.policies.coolest_node import CoolestNode, Oracle
 from sim.policies.exporters import EPOCH, observed_samples, sim_time, telemetry_lag
 from sim.policies.gpu_balancer import (SERVING_POLICY, GpuBalancer, GpuBalancerServing, claim_book, preferred_nodes,
@@ -23,7 +24,7 @@ from sim.policies.stock import Stock, StockGpuScored
 
 REGISTERED: tuple[type[Policy], ...] = (
     Stock, StockGpuScored, LowNodeUtilization, Spread, LowNodeUtilizationActual, LoadAware, GpuBalancer,
-    GpuBalancerServing, Oracle, CoolestNode, BestPlacement,
+    GpuBalancerServing, Oracle, CoolestNode, BestPlacement, CacheAffinity,
 )
 
 
@@ -43,11 +44,13 @@ oracle."""
 
 
 def policies_for(scenario) -> tuple[str, ...]:
-    """The policies a scenario compares: every scenario the same line-up, and where a fleet
-    condition is on, the reference that knows it (`best-placement`) too."""
+    """The policies a scenario compares: every scenario the same line-up; where a fleet condition
+    is on, the reference that knows it (`best-placement`) too, and where replicas start cold the
+    peer that uses the cache (`cache-affinity`)."""
     conditions = scenario.conditions
-    return POLICIES + ("best-placement",) if any(getattr(conditions, f.name).enabled for f in fields(conditions)) \
-        else POLICIES
+    peers = POLICIES + (("cache-affinity",) if conditions.cold_start.enabled else ())
+    return peers + ("best-placement",) if any(getattr(conditions, f.name).enabled for f in fields(conditions)) \
+        else peers
 
 
 def make_policy(name: str, seed: int, balancer: BalancerPolicy | None = None) -> Policy:
@@ -59,7 +62,7 @@ def make_policy(name: str, seed: int, balancer: BalancerPolicy | None = None) ->
 
 
 __all__ = ["EPOCH", "POLICIES", "POLICY_ABOUT", "POLICY_CLASSES", "REGISTERED", "SERVING_POLICY", "BestPlacement",
-           "CoolestNode",
+           "CacheAffinity", "CoolestNode",
            "GpuBalancer", "GpuBalancerServing", "LoadAware", "LowNodeUtilization", "LowNodeUtilizationActual",
            "Oracle", "Policy", "Spread", "Stock", "StockGpuScored", "claim_book", "make_policy", "observed_samples",
            "policies_for", "preferred_nodes", "sim_time", "target_load_packing", "telemetry_lag", "watched_view"]

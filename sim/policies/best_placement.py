@@ -1,10 +1,12 @@
 """A reference that bounds what placement can win: it reads the world's true state, each GPU's
-speed and slowdown episodes and each node's CPU neighbours included, which no exporter shows
-whole. Pure.
+speed and slowdown episodes, each node's CPU neighbours, image disk and model cache included,
+which no exporter shows whole. Pure.
 
 A serving replica's share of its service's traffic does not depend on where it runs (traffic is
-split evenly over ready replicas), so where it runs changes only how fast its steps are: the GPUs
-it would get, and its node's host. Each replica goes to the feasible node where its steps would be
+split evenly over ready replicas), so where it runs changes only how soon it serves and how fast
+its steps are: the GPUs it would get, and its node's host. Each replica goes to the nodes where it
+would be ready soonest (within a tick; the fleet already serving when the window opens goes
+outside the model cache, which it keeps for the replicas to come), and of those to the feasible node where its steps would be
 fastest now (within 1 %, the spread the exporters' own noise leaves), then to the coolest of
 those, booked at once as `coolest-node` books it; training workers as `coolest-node`. Every
 descheduler pass it moves a replica off a GPU that has turned slow (`DEGRADED_STRETCH`) where a
@@ -14,12 +16,12 @@ for a GPU slow by nature) pays for a start from nothing on the speed it gains.
 
 from __future__ import annotations
 
-from sim.engine import recreate
-from sim.llm import host
+from sim.engine import recreate, taken_units
+from sim.llm import host, startup
 from sim.llm.gpus import DEGRADED_STRETCH, lowest_free
 from sim.llm.world import gpu_of_unit, held_stretch, is_ready, model_of, shares_of, units_held
 from sim.policies.coolest_node import CoolestNode, feasible
-from sim.world_state import SimPod, World, gpu_count
+from sim.world_state import SimPod, World, demand_now, gpu_count
 
 HOST_CORES_PER_REPLICA = 2.0
 """As `contention.hostCoresPerReplica`: what a replica adds to its node's busy cores."""
@@ -30,9 +32,16 @@ class BestPlacement(CoolestNode):
     about = "the reference: each replica where its steps are fastest now (true state), moved off GPUs that turn slow"
 
     def place(self, world: World, pod: SimPod) -> str | None:
-        if pod.service is None or not (world.llm.conditions.stretch or world.llm.host.enabled):
+        if pod.service is None or not (world.llm.conditions.stretch or world.llm.host.enabled or world.llm.cache.enabled):
             return super().place(world, pod)
         verdicts = feasible(world, pod)
+        if world.llm.cache.enabled and verdicts:
+            if not _queueing(world, pod.service):  # keep the cache's fast starts for replicas that are needed now
+                verdicts = [v for v in verdicts if v.name not in world.llm.cache.model_nodes] or verdicts
+            else:
+                waits = {v.name: _ready_there(world, pod, v.name) for v in verdicts}
+                soonest = min(waits.values())
+                verdicts = [v for v in verdicts if waits[v.name] <= soonest + world.scenario.tick_seconds]
         stretch = {v.name: _stretch_there(world, pod, v.name) for v in verdicts}
         fastest = min(stretch.values(), default=1.0)
         return self.coolest(world, pod, [v for v in verdicts if stretch[v.name] <= fastest * 1.01])
@@ -63,8 +72,7 @@ class BestPlacement(CoolestNode):
 def _stretch_there(world: World, pod: SimPod, node: str) -> float:
     """How much longer the pod's steps would take on the node now than on its model's fastest GPU
     on an idle host: the slowest GPU it would be given there, times its host's interference."""
-    held = (world.llm.units_of.get(key, ()) for key in world.nodes[node].pods)
-    gpu = held_stretch(world, node, lowest_free(held, world.units[node], gpu_count(pod)) or (0,))
+    gpu = held_stretch(world, node, lowest_free(taken_units(world, node), world.units[node], gpu_count(pod)) or (0,))
     layout = world.llm.host
     if not layout.enabled:
         return gpu
@@ -72,6 +80,22 @@ def _stretch_there(world: World, pod: SimPod, node: str) -> float:
     busy, _ = host.host_busy(layout.shape, world.nodes[node].allocatable.get("cpu", 1), node in layout.batch_nodes,
                              HOST_CORES_PER_REPLICA * (replicas + 1))
     return gpu * (1 + world.scenario.contention.scale * host.interference(layout.shape, busy))
+
+
+def _queueing(world: World, service: str) -> bool:
+    """Whether the service's ready replicas carry more than the load at which a replica starts to
+    queue (`inference.maxReplicaUtil`), from its true demand now."""
+    if not world.tick:
+        return False  # the fleet serving when the window opens
+    ready = sum(1 for p in world.pods.values() if p.service == service and is_ready(world, p))
+    return demand_now(world, world.services[service]) >= world.scenario.inference.max_replica_util * max(ready, 1e-9)
+
+
+def _ready_there(world: World, pod: SimPod, node: str) -> float:
+    """Seconds the pod would wait on the node before it serves, from the node's true image disk
+    and cache (`conditions.coldStart`)."""
+    return startup.terms(world.llm.cache, pod.obj["spec"]["containers"][0]["image"], world.nodes[node].images, node,
+                         model_of(world, pod.service).weight_bytes, world.scenario.serving.startup_seconds).total
 
 
 def _fresh_start_seconds(world: World, pod: SimPod) -> float:

@@ -45,7 +45,7 @@ def observed_samples(world: World, lag: int = 0, busy: dcgm.BusyMeasure = dcgm.B
                                      util_percent=busy_share(util, report, busy), fb_used_mib=report.fb_used_mib,
                                      fb_free_mib=memory_mib - report.fb_used_mib,
                                      temperature_c=report.temperature_c, power_w=report.power_w,
-                                     clock_reasons=report.clock_reasons,
+                                     clock_reasons=report.clock_reasons, last_xid=report.xid,
                                      pod=PodRef(*key.split("/", 1)) if key else None))
     return samples
 

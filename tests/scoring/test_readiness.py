@@ -70,12 +70,12 @@ def test_time_to_ready_adds_the_missing_image_the_weights_and_the_start():
     pod = gpu_pod(**{"containers": [{"name": "s", "image": IMAGE}]})
     pod["metadata"]["annotations"] = {"gpu-balancer.io/model-bytes": str(16 * GB)}
     startup = pod_startup(pod, {normal_image(IMAGE): 12 * GB}, costs)
-    cold = time_to_ready(startup, {}, costs)
-    warm = time_to_ready(startup, {normal_image(IMAGE): 12 * GB}, costs)
+    cold = time_to_ready(startup, None, costs)
+    warm = time_to_ready(startup, NodeFacts("n", images={normal_image(IMAGE): 12 * GB}), costs)
     assert cold.seconds == pytest.approx(120 + 8 + 30) and cold.describe() == "~158 s (pull 12.0 GB)"
     assert warm.seconds == pytest.approx(8 + 30) and warm.describe() == "~38 s (image cached)"
     unsized = pod_startup(gpu_pod(), {}, costs)  # no node lists it, the pod does not say: the default
-    assert time_to_ready(unsized, {}, costs).missing_bytes == costs.unknown_image_bytes
+    assert time_to_ready(unsized, None, costs).missing_bytes == costs.unknown_image_bytes
 
 
 @pytest.mark.parametrize("pull_bytes_per_second, first", [(30e6, "warm-cached"), (1e9, "cool-empty")])
@@ -117,3 +117,52 @@ def test_the_webhook_ranks_by_time_to_ready_and_says_so_on_the_pod():
     assert "ready warm-cached ~30 s (image cached), cool-empty ~530 s (pull 15.0 GB)" in timed, timed
     assert advice(None).startswith("preferred cool-empty(100)"), "without costs: headroom alone"
     assert startup_costs(BalancerPolicy(placement=PlacementPolicy(ready_horizon_seconds=0))) is None
+
+
+def test_a_pod_that_names_its_model_loads_it_fast_only_where_fluid_says_the_node_caches_it():
+    costs = StartupCosts(weight_load_bytes_per_second=133e6, remote_weight_bytes_per_second=13.4e6, startup_seconds=30)
+    pod = gpu_pod(**{"containers": [{"name": "s", "image": IMAGE}]})
+    pod["metadata"]["annotations"] = {"gpu-balancer.io/model-bytes": str(16 * GB), "gpu-balancer.io/model": "llama-3-1-8b"}
+    startup = pod_startup(pod, {}, costs)
+    assert startup.model == ("ml", "llama-3-1-8b")
+    images = {normal_image(IMAGE): 5 * GB}
+    cached = NodeFacts("cached", {"fluid.io/s-ml-llama-3-1-8b": "true"}, images=images)
+    other_namespace = NodeFacts("other", {"fluid.io/s-team-llama-3-1-8b": "true"}, images=images)
+    assert time_to_ready(startup, cached, costs).seconds == pytest.approx(16 * GB / 133e6 + 30)
+    remote = time_to_ready(startup, other_namespace, costs)
+    assert remote.seconds == pytest.approx(16 * GB / 13.4e6 + 30)
+    assert remote.describe() == "~1,224 s (image cached, weights remote)"
+    # A pod that does not name its model loads at the one rate everywhere, as before.
+    del pod["metadata"]["annotations"]["gpu-balancer.io/model"]
+    unnamed = pod_startup(pod, {}, costs)
+    assert time_to_ready(unnamed, other_namespace, costs).seconds == time_to_ready(unnamed, cached, costs).seconds
+
+
+def test_a_queueing_services_pod_goes_where_it_serves_soonest_with_no_spread_and_says_why():
+    """In steady state headroom times the serving share ranks: the cool node that must fetch the
+    weights remotely still leads a warm one that caches them when the share is close. Queueing, the
+    soonest ready leads, and the spread term that would push the pod off it is left out."""
+    policy = BalancerPolicy()
+    costs = startup_costs(policy)
+    labels = {"fluid.io/s-ml-llama-3-1-8b": "true"}
+    view = ClusterView({"cool-remote": NodeFacts("cool-remote", allocatable={GPU: 8}),
+                        "warm-cached": NodeFacts("warm-cached", labels, allocatable={GPU: 8})}, taken_at=NOW)
+    heat = fleet(node("cool-remote", util=5), node("warm-cached", tier=Tier.WARM, util=60))
+    pod = gpu_pod(**{"containers": [{"name": "s", "image": IMAGE, "resources": {"limits": {GPU: "1"}}}]})
+    pod["metadata"]["annotations"] = {"gpu-balancer.io/model-bytes": str(16 * GB), "gpu-balancer.io/model": "llama-3-1-8b"}
+
+    def advice(queueing):
+        index = index_fleet(heat, queueing=queueing)
+        ledger = SteeringLedger(60)
+        ledger.prepare(index, view)
+        decision = decide(decode_review(json.dumps(review(pod)).encode()), index=index, telemetry_time=NOW,
+                          snapshot_age_seconds=1, ledger=ledger, policy=policy.placement, now=NOW, startup=costs)
+        return apply_response(pod, decision.review)
+
+    urgent = advice(frozenset({("ml", "svc")}))
+    note = urgent["metadata"]["annotations"]["gpu-balancer.io/advice"]
+    assert note.startswith("urgent: svc queueing; preferred warm-cached(100)"), note
+    assert "topologySpreadConstraints" not in urgent["spec"]
+    calm = advice(frozenset({("ml", "another-svc")}))
+    assert not calm["metadata"]["annotations"]["gpu-balancer.io/advice"].startswith("urgent")
+    assert "topologySpreadConstraints" in calm["spec"]

@@ -75,7 +75,9 @@ def test_switched_off_the_condition_leaves_the_world_as_it_was():
     on = named("llm-degraded-gpus")
     off = overridden(on, "conditions.degradedGpus.enabled", "false")
     assert build_world(off, 1).llm.conditions.stretch == {}
-    assert "best-placement" in policies_for(on) and "best-placement" not in policies_for(off)
+    # The scenario's failures are a condition too: only with both off does the reference go.
+    assert "best-placement" in policies_for(on) and "best-placement" in policies_for(off)
+    assert "best-placement" not in policies_for(overridden(off, "conditions.failures.enabled", "false"))
     small_off = overridden(with_condition(degraded()), "conditions.degradedGpus.enabled", "false")
     assert placed(small_off, 2).llm.tally.ttft.weights.tolist() == placed(SMALL, 2).llm.tally.ttft.weights.tolist()
 

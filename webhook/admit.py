@@ -6,15 +6,18 @@ metrics and logs; the response always allows the pod.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from scoring.claims import ClaimBook, has_resource_claims, pod_claims
 from scoring.feasibility import constraints_for
+from scoring.images import caches_model
 from scoring.placement import NO_ADVICE, PlacementIndex, advise, advise_group, node_domains
 from scoring.policy import PlacementPolicy
 from scoring.readiness import StartupCosts, by_time_to_ready, pod_startup
 from scoring.serving import workload_of_pod
+from scoring.view import ClusterView
 from webhook.ledger import SteeringLedger
 from webhook.mutate import mutate_pod
 from scoring.workloads import BadQuantity, gpu_request, job_size, training_group
@@ -44,6 +47,11 @@ def urgency(pod: dict, namespace: str, index: PlacementIndex, policy: PlacementP
         return ""
     workload = admitted_workload(pod, policy)
     return f"{workload} queueing" if (namespace, workload) in index.queueing else ""
+
+
+def caching_nodes(view: ClusterView, model: tuple[str, str]) -> Callable[[str], bool]:
+    """Whether Fluid labels a node as caching the model's dataset."""
+    return lambda name: name in view.nodes and caches_model(view.nodes[name].labels, *model)
 
 
 def admitted_workload(pod: dict, policy: PlacementPolicy) -> str:
@@ -120,8 +128,12 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
         # Time to ready re-ranks a wider pool of the ranking's best, where some node lists images
         # or the pod names a model some node may cache.
         timed = timing is not None and (bool(view.image_sizes) or timing.model is not None)
+        # Urgent, the nodes that cache the pod's model join the pool wherever their headroom ranks
+        # them. In steady state they do not: spending the cache's room on replicas that can wait
+        # measured worse (BENCHMARKS, "Cold start").
+        cached = caching_nodes(view, timing.model) if urgent and timed and timing.model is not None else None
         ranked, _ = ledger.top(index, telemetry_time, need=max(1, needs.whole_gpus),
-                               k=k * READY_CANDIDATES if timed else k, pod=constraints)
+                               k=k * READY_CANDIDATES if timed else k, pod=constraints, also=cached, also_k=k)
         ready: tuple[tuple[str, str], ...] = ()
         if timed:
             ranked, estimates = by_time_to_ready(ranked, timing, view.nodes, startup, k, urgent=bool(urgent))

@@ -230,9 +230,11 @@ class SteeringLedger:
             return self._ranking(pod).index
 
     def top(self, index: PlacementIndex, telemetry_time: datetime | None, *, need: int, k: int,
-            pod: PodConstraints | None = None) -> tuple[list[Candidate], int]:
+            pod: PodConstraints | None = None, also: Callable[[str], bool] | None = None,
+            also_k: int = 0) -> tuple[list[Candidate], int]:
         """The K best feasible candidates with room (as `rank` gives them on the feasible
-        sub-index) and all units booked."""
+        sub-index), then up to `also_k` more of the next best for which `also` holds (the nodes
+        that cache the pod's model, wherever they rank), and all units booked."""
         with self._lock:
             if index is not self._index:
                 self._attach(index, self._view)
@@ -241,17 +243,21 @@ class SteeringLedger:
             self._sync(ranking)
             units = ranking.units or (("", need),)
             chosen: list[Candidate] = []
+            extra = 0
             keep: list[tuple[float, int, int, str]] = []
             seen: set[str] = set()
-            while ranking.heap and len(chosen) < k:
+            while ranking.heap and (len(chosen) < k or (also is not None and extra < also_k)):
                 entry = heapq.heappop(ranking.heap)
                 name = entry[3]
                 if name in seen or entry != self._entry(ranking, name):
                     continue  # superseded by a newer push, or a duplicate: drop it for good
                 seen.add(name)
                 keep.append(entry)
+                if len(chosen) >= k and not also(name):
+                    continue
                 if all(self._room(ranking, name, resource) >= count for resource, count in units):
                     chosen.append((-entry[0], -entry[1], name))
+                    extra += len(chosen) > k
             for entry in keep:
                 heapq.heappush(ranking.heap, entry)
             return chosen, self._total

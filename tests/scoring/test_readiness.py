@@ -166,3 +166,27 @@ def test_a_queueing_services_pod_goes_where_it_serves_soonest_with_no_spread_and
     calm = advice(frozenset({("ml", "another-svc")}))
     assert not calm["metadata"]["annotations"]["gpu-balancer.io/advice"].startswith("urgent")
     assert "topologySpreadConstraints" in calm["spec"]
+
+
+@pytest.mark.parametrize("queueing, first", [(frozenset({("ml", "svc")}), "warm-cached"), (frozenset(), "cool-00")])
+def test_a_queueing_services_pod_finds_the_node_that_caches_its_model_however_far_down_it_ranks(queueing, first):
+    """Time to ready re-ranks the best 3 × K nodes by headroom. For a queueing service's pod a node
+    that caches its model joins them wherever it ranks, so twenty cool nodes that must fetch the
+    weights for twenty minutes do not hide the warm one that loads them in seconds; in steady state
+    the cache's room is left for such pods."""
+    policy = BalancerPolicy()
+    cool = [f"cool-{i:02d}" for i in range(20)]
+    view = ClusterView({**{n: NodeFacts(n, allocatable={GPU: 8}) for n in cool},
+                        "warm-cached": NodeFacts("warm-cached", {"fluid.io/s-ml-llama-3-1-8b": "true"},
+                                                 allocatable={GPU: 8})}, taken_at=NOW)
+    index = index_fleet(fleet(*(node(n, util=5) for n in cool), node("warm-cached", tier=Tier.WARM, util=60)),
+                        queueing=queueing)
+    pod = gpu_pod(**{"containers": [{"name": "s", "image": IMAGE, "resources": {"limits": {GPU: "1"}}}]})
+    pod["metadata"]["annotations"] = {"gpu-balancer.io/model-bytes": str(16 * GB), "gpu-balancer.io/model": "llama-3-1-8b"}
+    ledger = SteeringLedger(60)
+    ledger.prepare(index, view)
+    decision = decide(decode_review(json.dumps(review(pod)).encode()), index=index, telemetry_time=NOW,
+                      snapshot_age_seconds=1, ledger=ledger, policy=policy.placement, now=NOW,
+                      startup=startup_costs(policy))
+    note = apply_response(pod, decision.review)["metadata"]["annotations"]["gpu-balancer.io/advice"]
+    assert note.removeprefix("urgent: svc queueing; ").startswith(f"preferred {first}(100)"), note

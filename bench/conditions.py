@@ -29,9 +29,9 @@ CONDITIONS = {"llm-degraded-gpus": ("degradedGpus", "failures"), "llm-cpu-neighb
               "llm-cold-start": ("coldStart",)}
 """Each condition scenario built so far, and its conditions' keys under `conditions:`."""
 NEVER_EVICT = ("stock", "spread", "load-aware", "coolest-node", "cache-affinity", "best-placement")
+"""The policies that place and never evict: with a condition off they should agree."""
 CONDITION_PEERS = PEERS + ("cache-affinity",)
 """The peers as their users run them, the one that uses the model cache included where it runs."""
-"""The policies that place and never evict: with a condition off they should agree."""
 REFERENCE = "best-placement"
 
 BySeed = dict[int, dict[str, dict[str, float]]]

@@ -25,12 +25,16 @@ MODEL_ANNOTATION = "gpu-balancer.io/model"
 """The Fluid Dataset that holds the pod's weights, in the pod's namespace: a node labelled
 `fluid.io/s-<namespace>-<dataset>` (Fluid's label on the nodes that cache a dataset) loads them from
 its local cache, any other from the remote store."""
-FLUID_CACHE_LABEL = "fluid.io/s-{namespace}-{dataset}"
+
+
+def fluid_cache_label(namespace: str, dataset: str) -> str:
+    """The label Fluid puts on every node that caches a dataset's data."""
+    return f"fluid.io/s-{namespace}-{dataset}"
 
 
 def caches_model(labels: Mapping[str, str], namespace: str, dataset: str) -> bool:
     """Whether Fluid says the node caches the dataset (its label's value is "true")."""
-    return labels.get(FLUID_CACHE_LABEL.format(namespace=namespace, dataset=dataset)) == "true"
+    return labels.get(fluid_cache_label(namespace, dataset)) == "true"
 
 MIN_KEPT_IMAGE_BYTES = 1 << 30
 """A node's images smaller than this are not kept: they pull in seconds and change no ranking,

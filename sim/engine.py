@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from descheduler.cluster import namespace_object
-from scoring.images import MODEL_ANNOTATION, MODEL_BYTES_ANNOTATION
+from scoring.images import MODEL_ANNOTATION, MODEL_BYTES_ANNOTATION, fluid_cache_label
 from scoring.claims import book_from_objects, class_of, class_resource
 from scoring.policy import OptInPolicy, PlacementPolicy
 from sim.cluster_context import ClusterContext
@@ -121,7 +121,7 @@ def _lay_out_cache(world: World) -> None:
         return
     datasets = {startup.dataset_name(s.model) for s in world.services.values()}
     for name in cache.model_nodes:
-        world.nodes[name].labels.update({startup.fluid_label(NAMESPACE, d): "true" for d in sorted(datasets)})
+        world.nodes[name].labels.update({fluid_cache_label(NAMESPACE, d): "true" for d in sorted(datasets)})
     for service in world.services.values():
         service.image_bytes = int(shape.image_bytes)
 
@@ -388,7 +388,7 @@ def _fail(world: World) -> None:
         node, shares = world.nodes[failure.node], serving_world.shares_of(world, failure.node)
         plan.failed[failure.node, failure.gpu] = failure
         node.allocatable[_gpu_resource(node)] -= shares
-        units = {failure.gpu + k * (world.units[failure.node] // shares) for k in range(shares)}
+        units = set(failures.units_of_gpu(failure.gpu, world.units[failure.node] // shares, shares))
         for pod in [p for p in world.pods.values() if p.node == failure.node
                     and units & set(world.llm.units_of.get(pod_key(p.obj), ()))]:
             recreate(world, pod)

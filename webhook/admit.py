@@ -20,7 +20,7 @@ from scoring.serving import workload_of_pod
 from scoring.view import ClusterView
 from webhook.ledger import SteeringLedger
 from webhook.mutate import mutate_pod
-from scoring.workloads import BadQuantity, gpu_request, job_size, training_group
+from scoring.workloads import BadQuantity, as_dict, gpu_request, job_size, labels_of, training_group
 from webhook.pods import exemption
 from webhook.review import AdmissionRequest, AdmissionReviewOut, build_response
 
@@ -58,15 +58,14 @@ def admitted_workload(pod: dict, policy: PlacementPolicy) -> str:
     """The workload a pod being created belongs to, as the serving series name it: its workload
     label, else its name (or `generateName`, "<deployment>-<pod-template-hash>-") less the
     ReplicaSet's suffixes."""
-    metadata = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
-    if isinstance(workload := labels.get(policy.workload_label), str) and workload:
+    metadata, labels = as_dict(pod.get("metadata")), labels_of(pod)
+    if workload := labels.get(policy.workload_label):
         return workload
     if isinstance(name := metadata.get("name"), str) and name:
         return workload_of_pod(name)
     stem = str(metadata.get("generateName") or "").rstrip("-")
     template = labels.get("pod-template-hash")
-    return stem.removesuffix(f"-{template}") if isinstance(template, str) and template else stem
+    return stem.removesuffix(f"-{template}") if template else stem
 
 
 def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry_time: datetime | None,
@@ -130,7 +129,7 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
         timed = timing is not None and (bool(view.image_sizes) or timing.model is not None)
         # Urgent, the nodes that cache the pod's model join the pool wherever their headroom ranks
         # them. In steady state they do not: spending the cache's room on replicas that can wait
-        # measured worse (BENCHMARKS, "Cold start").
+        # measured worse (BENCHMARKS, "Cold start and failures").
         cached = caching_nodes(view, timing.model) if urgent and timed and timing.model is not None else None
         ranked, _ = ledger.top(index, telemetry_time, need=max(1, needs.whole_gpus),
                                k=k * READY_CANDIDATES if timed else k, pod=constraints, also=cached, also_k=k)

@@ -51,8 +51,8 @@ class FailurePlan:
         return self.shape.enabled
 
     def failed_units(self, node: str, gpus: int, shares: int = 1) -> tuple[int, ...]:
-        """The node's units on failed GPUs: GPU g's are g, g + gpus, … (`sim.llm.world.gpu_of_unit`)."""
-        return tuple(gpu + k * gpus for (name, gpu) in self.failed if name == node for k in range(shares))
+        """The node's units on failed GPUs."""
+        return tuple(unit for (name, gpu) in self.failed if name == node for unit in units_of_gpu(gpu, gpus, shares))
 
     def xid(self, node: str, gpu: int) -> int:
         failure = self.failed.get((node, gpu))
@@ -60,6 +60,12 @@ class FailurePlan:
 
     def vanished(self, node: str, gpu: int) -> bool:
         return self.xid(node, gpu) == XID_FALLEN_OFF_BUS
+
+
+def units_of_gpu(gpu: int, gpus: int, shares: int) -> tuple[int, ...]:
+    """A GPU's units on a node of `gpus` GPUs each given `shares` ways: g, g + gpus, …
+    (`sim.llm.world.gpu_of_unit`)."""
+    return tuple(gpu + k * gpus for k in range(shares))
 
 
 def draw_plan(shape: Failures, gpus: dict[str, int], hours: float, seed: int) -> FailurePlan:

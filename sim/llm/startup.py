@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scoring.images import FLUID_CACHE_LABEL
 from sim.node_state import image_name
 from sim.scenario import ColdStart
 
@@ -72,11 +71,6 @@ def dataset_name(model: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")
 
 
-def fluid_label(namespace: str, dataset: str) -> str:
-    """The label Fluid puts on every node that caches a dataset's data."""
-    return FLUID_CACHE_LABEL.format(namespace=namespace, dataset=dataset)
-
-
 def image_of(layout: CacheLayout, service: str) -> str:
     """The image the service's pods run now."""
     tag = layout.tags.get(service, 1)
@@ -121,4 +115,3 @@ def started(layout: CacheLayout, node: str, pod: dict, images: dict[str, int], p
     for container in pod["spec"]["containers"]:
         layout.last_used[node, image_name(str(container.get("image", "")))] = now
     collect_images(layout, node, images, pods)
-

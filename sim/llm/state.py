@@ -8,8 +8,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.llm.gpus import GpuConditions
 from sim.llm.failures import FailurePlan
+from sim.llm.gpus import GpuConditions
 from sim.llm.host import NO_NEIGHBOURS, HostLayout
 from sim.llm.startup import CacheLayout
 

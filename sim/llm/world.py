@@ -148,20 +148,24 @@ def profile_of(world: World, node: str, service: str) -> ReplicaProfile:
     return profile(gpu_of_node(world, node), model_named(own.model), own.mix, knobs)
 
 
-def ready_seconds(world: World, pod: SimPod, node: str) -> float:
-    """Seconds from binding to serving: the image pull where the node's disk lacks the image (the
-    first pod of an image on a node pulls it; the node keeps it), the weights, the start; with
-    `conditions.coldStart` on, its terms (`sim.llm.startup`). Each new replica's wait from its
-    creation is recorded for the report."""
+def start_seconds(world: World, pod: SimPod, node: str) -> float:
+    """Seconds from binding to serving on the node now: the image pull where the node's disk lacks
+    the image (the first pod of an image on a node pulls it; the node keeps it), the weights, the
+    start; with `conditions.coldStart` on, its terms (`sim.llm.startup`)."""
     sv, cache = world.scenario.serving, world.llm.cache
     image = pod.obj["spec"]["containers"][0]["image"]
     weights = model_of(world, pod.service).weight_bytes
     if cache.enabled:
-        seconds = startup.terms(cache, image, world.nodes[node].images, node, weights, sv.startup_seconds).total
-    else:
-        pull = 0.0 if image_name(image) in world.nodes[node].images else \
-            world.services[pod.service].image_bytes / sv.image_pull_bytes_per_second
-        seconds = pull + weights / sv.weight_load_bytes_per_second + sv.startup_seconds
+        return startup.terms(cache, image, world.nodes[node].images, node, weights, sv.startup_seconds).total
+    pull = 0.0 if image_name(image) in world.nodes[node].images else \
+        world.services[pod.service].image_bytes / sv.image_pull_bytes_per_second
+    return pull + weights / sv.weight_load_bytes_per_second + sv.startup_seconds
+
+
+def ready_seconds(world: World, pod: SimPod, node: str) -> float:
+    """`start_seconds` for a pod being bound, each new replica's wait from its creation recorded
+    for the report."""
+    seconds = start_seconds(world, pod, node)
     if world.tick:
         world.llm.ready_waits.append(world.now_seconds - pod.created_tick * world.scenario.tick_seconds + seconds)
     return seconds

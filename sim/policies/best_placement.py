@@ -4,10 +4,10 @@ which no exporter shows whole. Pure.
 
 A serving replica's share of its service's traffic does not depend on where it runs (traffic is
 split evenly over ready replicas), so where it runs changes only how soon it serves and how fast
-its steps are: the GPUs it would get, and its node's host. Each replica goes to the nodes where it
-would be ready soonest (within a tick; the fleet already serving when the window opens goes
-outside the model cache, which it keeps for the replicas to come), and of those to the feasible node where its steps would be
-fastest now (within 1 %, the spread the exporters' own noise leaves), then to the coolest of
+its steps are: the GPUs it would get, and its node's host. Where replicas start cold, a replica
+of a service whose ready replicas are past the queue's onset goes to the nodes where it would
+serve soonest (within a tick), and any other outside the model cache, which is kept for those.
+Of those nodes each replica goes to the feasible one where its steps would be fastest now (within 1 %, the spread the exporters' own noise leaves), then to the coolest of
 those, booked at once as `coolest-node` books it; training workers as `coolest-node`. Every
 descheduler pass it moves a replica off a GPU that has turned slow (`DEGRADED_STRETCH`) where a
 faster GPU is free and the time it stays slow (known: the episode's end, or the rest of the run
@@ -17,9 +17,9 @@ for a GPU slow by nature) pays for a start from nothing on the speed it gains.
 from __future__ import annotations
 
 from sim.engine import recreate, taken_units
-from sim.llm import host, startup
+from sim.llm import host
 from sim.llm.gpus import DEGRADED_STRETCH, lowest_free
-from sim.llm.world import gpu_of_unit, held_stretch, is_ready, model_of, shares_of, units_held
+from sim.llm.world import gpu_of_unit, held_stretch, is_ready, model_of, shares_of, start_seconds, units_held
 from sim.policies.coolest_node import CoolestNode, feasible
 from sim.world_state import SimPod, World, demand_now, gpu_count
 
@@ -39,7 +39,7 @@ class BestPlacement(CoolestNode):
             if not _queueing(world, pod.service):  # keep the cache's fast starts for replicas that are needed now
                 verdicts = [v for v in verdicts if v.name not in world.llm.cache.model_nodes] or verdicts
             else:
-                waits = {v.name: _ready_there(world, pod, v.name) for v in verdicts}
+                waits = {v.name: start_seconds(world, pod, v.name) for v in verdicts}
                 soonest = min(waits.values())
                 verdicts = [v for v in verdicts if waits[v.name] <= soonest + world.scenario.tick_seconds]
         stretch = {v.name: _stretch_there(world, pod, v.name) for v in verdicts}
@@ -89,13 +89,6 @@ def _queueing(world: World, service: str) -> bool:
         return False  # the fleet serving when the window opens
     ready = sum(1 for p in world.pods.values() if p.service == service and is_ready(world, p))
     return demand_now(world, world.services[service]) >= world.scenario.inference.max_replica_util * max(ready, 1e-9)
-
-
-def _ready_there(world: World, pod: SimPod, node: str) -> float:
-    """Seconds the pod would wait on the node before it serves, from the node's true image disk
-    and cache (`conditions.coldStart`)."""
-    return startup.terms(world.llm.cache, pod.obj["spec"]["containers"][0]["image"], world.nodes[node].images, node,
-                         model_of(world, pod.service).weight_bytes, world.scenario.serving.startup_seconds).total
 
 
 def _fresh_start_seconds(world: World, pod: SimPod) -> float:

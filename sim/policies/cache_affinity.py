@@ -11,7 +11,7 @@ already, scores the nodes that hold the image.
 
 from __future__ import annotations
 
-from scoring.images import MODEL_ANNOTATION, FLUID_CACHE_LABEL
+from scoring.images import MODEL_ANNOTATION, fluid_cache_label
 from sim.policies.stock import Stock
 from sim.world_state import SimPod, World
 
@@ -27,7 +27,7 @@ class CacheAffinity(Stock):
         metadata, spec = pod.obj["metadata"], pod.obj["spec"]
         dataset = metadata.get("annotations", {}).get(MODEL_ANNOTATION)
         if dataset and "affinity" not in spec:
-            label = FLUID_CACHE_LABEL.format(namespace=metadata["namespace"], dataset=dataset)
+            label = fluid_cache_label(metadata["namespace"], dataset)
             zones = sorted({n.labels[ZONE] for n in world.nodes.values() if n.labels.get(label) == "true"})
             terms = [{"weight": SAME_NODE_WEIGHT, "preference": {"matchExpressions": [
                 {"key": label, "operator": "In", "values": ["true"]}]}}]

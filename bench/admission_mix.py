@@ -94,9 +94,9 @@ class FixedClusterView:
     def __init__(self, nodes: int) -> None:
         from datetime import datetime, timezone
 
-        from scoring.claims import EMPTY_BOOK
-        from scoring.feasibility import node_facts
-        from scoring.view import ClusterView
+        from scoring.cluster.claims import EMPTY_BOOK
+        from scoring.cluster.feasibility import node_facts
+        from scoring.cluster.view import ClusterView
 
         policy = default_policy().placement
         spec = FleetSpec(nodes=nodes, gpus_per_node=8, profile="skewed", seed=7)

@@ -25,12 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scoring.feasibility import node_facts  # noqa: E402
+from scoring.advice.placement import index_fleet  # noqa: E402
+from scoring.advice.readiness import StartupCosts  # noqa: E402
+from scoring.cluster.feasibility import node_facts  # noqa: E402
+from scoring.cluster.view import ClusterView  # noqa: E402
 from scoring.heat import FleetHeat, NodeHeat, Tier  # noqa: E402
-from scoring.placement import index_fleet  # noqa: E402
 from scoring.policy import PlacementPolicy  # noqa: E402
-from scoring.readiness import StartupCosts  # noqa: E402
-from scoring.view import ClusterView  # noqa: E402
 from webhook.admit import decide  # noqa: E402
 from webhook.cluster_watch import DRA_KINDS, ClusterWatch  # noqa: E402
 from webhook.ledger import SteeringLedger  # noqa: E402

@@ -79,7 +79,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--longest", type=int, default=10)
-    parser.add_argument("--pure", default="scoring.heat,descheduler.plan,scoring.placement,webhook.admit")
+    parser.add_argument("--pure", default="scoring.heat,descheduler.plan,scoring.advice.placement,webhook.admit")
     args = parser.parse_args()
     trees = {module_name(path): ast.parse(path.read_text(encoding="utf-8"))
              for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))}

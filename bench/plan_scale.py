@@ -23,9 +23,9 @@ from descheduler.cluster import cluster_from_objects, namespace_object  # noqa: 
 from descheduler.ledger import LedgerState  # noqa: E402
 from descheduler.plan import plan_evictions  # noqa: E402
 from scoring.heat import fleet_heat  # noqa: E402
+from scoring.ingest.series import aggregate_samples, build_snapshot  # noqa: E402
+from scoring.ingest.telemetry import WindowStats  # noqa: E402
 from scoring.policy import OptInPolicy, default_policy  # noqa: E402
-from scoring.telemetry import WindowStats  # noqa: E402
-from scoring.series import aggregate_samples, build_snapshot  # noqa: E402
 from sim.fleet import FleetSpec, generate_fleet  # noqa: E402
 
 

@@ -8,10 +8,10 @@ import sys, time, random, statistics
 sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parent))
 sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parent.parent))
 import feasible_scale as f
-from scoring.feasibility import node_facts, constraints_of
+from scoring.advice.placement import index_fleet
+from scoring.cluster.feasibility import node_facts, constraints_of
+from scoring.cluster.view import ClusterView
 from scoring.heat import FleetHeat, NodeHeat, Tier
-from scoring.placement import index_fleet
-from scoring.view import ClusterView
 from webhook.ledger import SteeringLedger
 rng = random.Random(1)
 objs = [f.node_object(i, 20) for i in range(5000)]

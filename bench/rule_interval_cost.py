@@ -28,9 +28,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from snapshot_scale import fleet_arguments, fleet_in_prometheus, gpus_in_fleet  # noqa: E402
 
+from scoring.ingest.queries import topology_keys  # noqa: E402
+from scoring.ingest.recording import SNAPSHOT_GROUP, recording_rules  # noqa: E402
 from scoring.policy import default_policy  # noqa: E402
-from scoring.queries import topology_keys  # noqa: E402
-from scoring.recording import SNAPSHOT_GROUP, recording_rules  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:

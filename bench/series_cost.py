@@ -18,9 +18,10 @@ import requests
 sys.path.insert(0, str(Path(__file__).parent))
 from snapshot_scale import fleet_arguments, fleet_in_prometheus, gpus_in_fleet  # noqa: E402
 
-from scoring import dcgm, recording  # noqa: E402
+from scoring import dcgm  # noqa: E402
+from scoring.ingest import recording  # noqa: E402
+from scoring.ingest.queries import REPLACEMENT_ROWS, snapshot_queries, topology_keys  # noqa: E402
 from scoring.policy import default_policy  # noqa: E402
-from scoring.queries import REPLACEMENT_ROWS, snapshot_queries, topology_keys  # noqa: E402
 
 
 def main() -> None:
@@ -48,7 +49,13 @@ def main() -> None:
                     "raw fb_counts, each series once": f"count by (__name__, {per_node}) ({framebuffer})",
                     # Memory room (issue 32): raw, and as the rules record it.
                     "raw fb_placeable_used": queries["fb_placeable_used"],
-                    "recorded fb_placeable_used": recording.record_selector("fb_placeable_used", ours)}
+                    "recorded fb_placeable_used": recording.record_selector("fb_placeable_used", ours),
+                    # Degraded GPUs (issue 47, item 3): every GPU's clock under load against its
+                    # model's median, beside another signal's per-GPU scan (power-capped clocks).
+                    "raw power_capped": queries["power_capped"],
+                    "raw degraded_clocks": queries["degraded_clocks"],
+                    "raw peer_clocks": queries["peer_clocks"],
+                    "recorded degraded_clocks": recording.record_selector("degraded_clocks", ours)}
         session = requests.Session()
         print(f"{args.nodes} nodes x {args.gpus} GPUs = {total} GPUs; medians of {args.repeats}")
         for label, promql in variants.items():

@@ -37,12 +37,12 @@ import yaml
 from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget, free_port
 from scoring import dcgm
 from scoring.heat import fleet_heat
+from scoring.ingest.prometheus import PrometheusClient, SnapshotReader, read_snapshot
+from scoring.ingest.queries import topology_keys
+from scoring.ingest.recording import NODE_UTIL, recording_rules, snapshot_record
+from scoring.ingest.serving import serving_queries
+from scoring.ingest.telemetry import ClusterSnapshot
 from scoring.policy import default_policy
-from scoring.prometheus import PrometheusClient, SnapshotReader, read_snapshot
-from scoring.queries import topology_keys
-from scoring.recording import NODE_UTIL, recording_rules, snapshot_record
-from scoring.serving import serving_queries
-from scoring.telemetry import ClusterSnapshot
 
 
 def start_exporters(nodes: int, gpus: int, exporters: int) -> tuple[list[subprocess.Popen], list[str]]:

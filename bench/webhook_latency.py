@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from certs.files import write_bundle  # noqa: E402
 from certs.issue import issue_ca, issue_serving  # noqa: E402
 from gpu_balancer.local_prometheus import free_port  # noqa: E402
+from scoring.ingest.series import aggregate_samples, build_snapshot  # noqa: E402
 from scoring.policy import default_policy  # noqa: E402
-from scoring.series import aggregate_samples, build_snapshot  # noqa: E402
 from sim.fleet import FleetSpec, generate_fleet  # noqa: E402
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from scoring.claims import EMPTY_BOOK, ClaimBook, book_from_objects, devices_from_objects, pod_claims
-from scoring.feasibility import NodeFacts, PodConstraints, constraints_for, node_facts
-from scoring.holdings import free_units, held_per_node, holds_units
+from scoring.cluster.claims import EMPTY_BOOK, ClaimBook, book_from_objects, devices_from_objects, pod_claims
+from scoring.cluster.feasibility import NodeFacts, PodConstraints, constraints_for, node_facts
+from scoring.cluster.holdings import free_units, held_per_node, holds_units
+from scoring.cluster.view import node_with_devices
+from scoring.cluster.workloads import BadQuantity, as_dict, as_list, gpu_request, labels_of, training_group
 from scoring.policy import OptInPolicy, PlacementPolicy
-from scoring.view import node_with_devices
-from scoring.workloads import BadQuantity, as_dict, as_list, gpu_request, labels_of, training_group
 
 DRA_KINDS = ("ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
 
@@ -89,7 +89,7 @@ class Cluster:
         return list(self._by_node.get(node, ()))
 
     def free(self) -> dict[str, Counter]:
-        """Node → GPU resources not held by its pods and claims (`scoring.holdings`)."""
+        """Node → GPU resources not held by its pods and claims (`scoring.cluster.holdings`)."""
         held = held_per_node(((p.node, p.gpu_resources) for p in self.pods if holds_units(p.phase, p.node)),
                              self.devices_held)
         return {name: Counter(free_units(node.allocatable, held.get(name, {}))) for name, node in self.nodes.items()}

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from descheduler.metrics import DeschedulerMetrics
-from scoring.prometheus import TelemetryError
+from scoring.ingest.prometheus import TelemetryError
 
 
 def run_every(every: float, run: Callable[[DeschedulerMetrics], object], metrics: DeschedulerMetrics, *,

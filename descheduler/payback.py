@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scoring.images import IMAGE_BYTES_ANNOTATION, MODEL_BYTES_ANNOTATION, annotated_bytes
+from scoring.advice.readiness import PodStartup, StartupCosts, time_to_ready
+from scoring.cluster.images import IMAGE_BYTES_ANNOTATION, MODEL_BYTES_ANNOTATION, annotated_bytes
+from scoring.ingest.serving import ServingReplica
 from scoring.policy import DeschedulerPolicy
-from scoring.readiness import PodStartup, StartupCosts, time_to_ready
-from scoring.serving import ServingReplica
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +62,10 @@ def recovered_share(source_util: float, destination_util: float, replica: Servin
 
 
 def payback(annotations: Mapping[str, str], *, source_util: float, destination_util: float,
-            replica: ServingReplica | None, policy: DeschedulerPolicy) -> Payback:
+            replica: ServingReplica | None, policy: DeschedulerPolicy, recovered: float | None = None) -> Payback:
+    """The move's payback; `recovered`, where the strategy knows the share of the pod's service
+    the move recovers, stands in for the module's estimate."""
     horizon = policy.payback_horizon_seconds
-    return Payback(horizon * recovered_share(source_util, destination_util, replica),
-                   restart_seconds(annotations, policy), horizon)
+    share = recovered_share(source_util, destination_util, replica) if recovered is None else recovered
+    return Payback(horizon * share, restart_seconds(annotations, policy), horizon)
 

@@ -2,11 +2,10 @@
 the payback rule. Pure, no I/O.
 
 Each strategy the policy turns on (`descheduler.strategies`: health, utilisation, throttling,
-serving by default) names its
-source nodes, why, how much each must shed and in what order its pods go. A pod is evicted only
-when a cool node that the pod could be scheduled on (its selector, affinity, tolerations:
-`scoring.feasibility`) has free GPUs of the kind it needs; that capacity is reserved as the plan
-is built, so one cool node is not promised twice. And only when the move pays: what it gains over
+serving by default; degraded where named) names its source nodes, why, how much each must shed and in what
+order its pods go. A pod is evicted only when a cool node that the pod could be scheduled on (its
+selector, affinity, tolerations: `scoring.cluster.feasibility`) has free GPUs of the kind it
+needs; that capacity is reserved as the plan is built, so one cool node is not promised twice. And only when the move pays: what it gains over
 the payback horizon must exceed what restarting the pod costs (`descheduler.payback`), unless its
 strategy says the pod serves nothing where it is.
 """
@@ -23,10 +22,10 @@ from descheduler.ledger import LedgerState
 from descheduler.payback import Payback, payback
 from descheduler.proposals import Limit, Plan, PlannedEviction, Skip
 from descheduler.strategies import Candidate, PlanInputs, Source, Strategy, configure
-from scoring.feasibility import why_infeasible
+from scoring.cluster.feasibility import why_infeasible
 from scoring.heat import FleetHeat, NodeHeat, Tier
+from scoring.ingest.telemetry import ClusterSnapshot
 from scoring.policy import DeschedulerPolicy
-from scoring.telemetry import ClusterSnapshot
 
 __all__ = ["Limit", "Plan", "PlannedEviction", "Skip", "plan_evictions"]
 
@@ -87,7 +86,8 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, windows: Mapp
                     "node selector, affinity or tolerations)")
                 skipped.append(Skip(pod.namespace, pod.name, why))
                 continue
-            move = _payback(pod, heat, destination, snapshot, policy) if source.weigh_payback else None
+            recovered = source.recovers(pod) if source.recovers else None
+            move = _payback(pod, heat, destination, snapshot, policy, recovered) if source.weigh_payback else None
             if move is not None and not move.pays:
                 spare[destination].update(dict(pod.gpu_resources))
                 skipped.append(Skip(pod.namespace, pod.name, f"move does not pay: {move.describe()}"))
@@ -119,7 +119,7 @@ def _candidates(node: str, cluster: Cluster, ledger: LedgerState, snapshot: Clus
 
 
 def _payback(pod: PodInfo, heat: Mapping[str, NodeHeat], destination: str, snapshot: ClusterSnapshot,
-             policy: DeschedulerPolicy) -> Payback | None:
+             policy: DeschedulerPolicy, recovered: float | None = None) -> Payback | None:
     """What moving the pod to `destination` gains against its restart (None: the rule is off)."""
     if policy.payback_horizon_seconds <= 0:
         return None
@@ -127,7 +127,7 @@ def _payback(pod: PodInfo, heat: Mapping[str, NodeHeat], destination: str, snaps
     replica = next((r for r in source.serving if r.namespace == pod.namespace and r.pod == pod.name), None) if (
         source is not None) else None
     return payback(pod.annotations, source_util=heat[pod.node].gpu_util, destination_util=heat[destination].gpu_util,
-                   replica=replica, policy=policy)
+                   replica=replica, policy=policy, recovered=recovered)
 
 
 def _spare(heat: Mapping[str, NodeHeat], sources: set[str], cluster: Cluster, policy: DeschedulerPolicy

@@ -19,10 +19,9 @@ from descheduler import step
 from descheduler.plan import Plan
 from descheduler.strategies.base import SERVING, THROTTLING, UTILISATION, serve_window
 from descheduler.summary import RunSummary, summarise
+from scoring.ingest.prometheus import (QueryFn, read_serving_window, read_snapshot, read_throttle_window, read_window)
+from scoring.ingest.telemetry import ClusterSnapshot
 from scoring.policy import BalancerPolicy
-from scoring.telemetry import ClusterSnapshot
-from scoring.prometheus import (QueryFn, read_serving_window, read_snapshot, read_throttle_window,
-                                read_window)
 
 log = logging.getLogger("gpu_balancer.descheduler")
 

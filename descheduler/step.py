@@ -16,8 +16,8 @@ from descheduler.plan import Plan, plan_evictions
 from descheduler.strategies import configure
 from scoring.errors import TelemetryError
 from scoring.heat import FleetHeat, fleet_heat
+from scoring.ingest.telemetry import ClusterSnapshot
 from scoring.policy import BalancerPolicy
-from scoring.telemetry import ClusterSnapshot
 
 
 class DeschedulerTelemetry(Protocol):

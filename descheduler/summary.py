@@ -24,7 +24,7 @@ MAX_NAMES = 10
 
 _REASON_CODES = (("has not opted in", "not-opted-in"), ("opt-in unknown", "not-opted-in"),
                  ("cooldown", "cooldown"), ("limit reached", "limit"), ("no cool node", "no-room"),
-                 ("does not pay", "no-payback"))
+                 ("does not pay", "no-payback"), ("not on duty cycle", "serving"))
 
 
 def reason_code(reason: str) -> str:

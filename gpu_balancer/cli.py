@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 
 from descheduler.strategies import configure
 from scoring.heat import fleet_heat
+from scoring.ingest.prometheus import TelemetryError, connect, read_snapshot
+from scoring.ingest.queries import utilisation_selector
+from scoring.ingest.signals import registry as signals
 from scoring.policy import DEFAULT_SERVERS, BalancerPolicy, PolicyError, default_policy, parse_policy, yaml_problem
-from scoring.prometheus import TelemetryError, connect, read_snapshot
-from scoring.signals import registry as signals
-from scoring.queries import utilisation_selector
 
 
 class UsageError(Exception):
@@ -211,8 +211,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_recording_rules(args: argparse.Namespace) -> int:
     import yaml
 
-    from scoring.queries import topology_keys
-    from scoring.recording import recording_rules
+    from scoring.ingest.queries import topology_keys
+    from scoring.ingest.recording import recording_rules
 
     policy = load_policy(args.config, reads_prometheus=False)
     rules = recording_rules(policy, topology_keys(policy))

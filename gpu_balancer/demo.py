@@ -38,13 +38,13 @@ from gpu_balancer.backfill import backfilled_tsdb
 from gpu_balancer.local_prometheus import LocalPrometheus, PrometheusNotInstalled, ScrapeTarget, free_port
 from gpu_balancer.status_view import heat_as_table
 from scoring import dcgm
-from scoring.claims import EMPTY_BOOK
+from scoring.cluster.claims import EMPTY_BOOK
+from scoring.cluster.view import ClusterView
 from scoring.heat import FleetHeat, Tier, fleet_heat
+from scoring.ingest.prometheus import SnapshotReader, TelemetryError, connect
+from scoring.ingest.series import series_from_families, snapshot_from_readings
+from scoring.ingest.telemetry import GpuSample
 from scoring.policy import BalancerPolicy, default_policy
-from scoring.prometheus import SnapshotReader, TelemetryError, connect
-from scoring.series import series_from_families, snapshot_from_readings
-from scoring.telemetry import GpuSample
-from scoring.view import ClusterView
 from sim.dcgm_text import render_exposition
 from sim.engine import (bind, build_world, cluster_objects, delete_pod, measure, service_pod,
                         step_workloads)

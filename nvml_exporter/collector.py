@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from scoring import dcgm, exporter_text
-from scoring.telemetry import GpuSample
+from scoring import dcgm
+from scoring.ingest import exporter_text
+from scoring.ingest.telemetry import GpuSample
 
 
 class DcgmCompatibleCollector(Collector):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from scoring.telemetry import GpuSample
+from scoring.ingest.telemetry import GpuSample
 
 _MIB = 1024 * 1024
 
@@ -99,6 +99,12 @@ def _clock_reasons(nvml: ModuleType, handle: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _sm_clock(nvml: ModuleType, handle: Any) -> float | None:
+    """The SM clock now, in MHz (`nvmlDeviceGetClockInfo(NVML_CLOCK_SM)`); None where it does not answer."""
+    call = getattr(nvml, "nvmlDeviceGetClockInfo", None)
+    return _field(nvml, call, handle, nvml.NVML_CLOCK_SM) if call is not None else None
+
+
 def _mig_profile(name: str) -> str:
     # MIG device names end in the profile: "NVIDIA H100 80GB HBM3 MIG 1g.10gb".
     return name.rsplit("MIG ", 1)[1].strip() if "MIG " in name else ""
@@ -121,6 +127,7 @@ def read_gpus(nvml: ModuleType, node: str, xids: XidWatcher | None = None) -> Re
                       last_xid=xids.last_xid(uuid) if xids else 0,
                       temperature_c=_field(nvml, nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU))
         common["clock_reasons"] = _clock_reasons(nvml, handle)
+        common["sm_clock_mhz"] = _sm_clock(nvml, handle)
         power = _field(nvml, nvml.nvmlDeviceGetPowerUsage, handle)
         common["power_w"] = power / 1000.0 if power is not None else None
         mig_mode = _field(nvml, nvml.nvmlDeviceGetMigMode, handle)

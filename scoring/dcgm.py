@@ -41,7 +41,7 @@ def reason_bits_set(expression: str, bits: tuple[int, ...]) -> str:
 
 
 GPU_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, FB_FREE, GPU_TEMP, POWER_USAGE, XID_ERRORS, CLOCK_THROTTLE_REASONS,
-               SM_ACTIVE, SM_OCCUPANCY, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE)
+               SM_CLOCK, SM_ACTIVE, SM_OCCUPANCY, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE)
 """Every per-GPU gauge a snapshot may be built from (the profiling ratios as `BusyMeasure` picks)."""
 
 BUSY_GAUGES = (GR_ENGINE_ACTIVE, SM_ACTIVE, SM_OCCUPANCY, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE)

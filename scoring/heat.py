@@ -6,16 +6,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from scoring.signals import registry as node_signals
-from scoring.signals import health, throttling
+from scoring.ingest.signals import registry as node_signals
+from scoring.ingest.signals import health, throttling
+from scoring.ingest.telemetry import ClusterSnapshot, NodeTelemetry
 from scoring.policy import HeatPolicy
-from scoring.telemetry import ClusterSnapshot, NodeTelemetry
 from scoring.tiers import Tier, Verdict
 
 __all__ = ["FleetHeat", "NodeHeat", "Tier", "fleet_heat", "node_heat"]
 
 if TYPE_CHECKING:
-    from scoring.serving import ServingReplica
+    from scoring.ingest.serving import ServingReplica
 
 
 SLOW_SERVING = "slow-serving"
@@ -50,7 +50,7 @@ class NodeHeat:
     of its target (1.0 = on target); 0 when replicas report but none is slowed by this node; None
     when no replica on the node reports serving series."""
     memory_room_used: float | None = None
-    """Memory used on the GPUs a new pod could take or share (`scoring.memory`), what the verdict
+    """Memory used on the GPUs a new pod could take or share (`scoring.ingest.memory`), what the verdict
     and the ranking read; None where memory is unknown or no GPU is free or shared."""
 
     @property
@@ -134,7 +134,7 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         ("temperature", node.temperature_max_c is not None)) if reported)
 
     # Reasons read worst first, and within a tier a failed GPU's first, then the load's, then the
-    # other signals' (`scoring.signals`), then the model servers'.
+    # other signals' (`scoring.ingest.signals`), then the model servers'.
     signalled = node_signals.verdicts(node, policy)
     verdicts: list[Verdict] = [v for v in signalled if v[0] is Tier.UNHEALTHY]
     if node.gpus == 0:
@@ -147,7 +147,7 @@ def node_heat(node: NodeTelemetry, policy: HeatPolicy) -> NodeHeat:
         verdicts.append((Tier.HOT, f"{busy_what} {mean_util:.0f}% ≥ {policy.hot_util_percent:g}%{busy_why}"))
     elif mean_util >= policy.warm_util_percent:
         verdicts.append((Tier.WARM, f"{busy_what} {mean_util:.0f}% ≥ {policy.warm_util_percent:g}%{busy_why}"))
-    # Unknown memory makes no verdict, nor does a GPU one pod holds (`scoring.memory`); where the
+    # Unknown memory makes no verdict, nor does a GPU one pod holds (`scoring.ingest.memory`); where the
     # exporters do not say which GPUs pods hold, a model server's preallocated KV cache (vLLM takes
     # 90 % of the framebuffer whatever its load) makes none either: its load has spoken for it.
     if memory_fraction is not None and not (work is not None and work.covers_all_pods):

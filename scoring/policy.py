@@ -210,7 +210,7 @@ class PlacementPolicy:
     ready_horizon_seconds: float = 600.0
     """Nodes are ranked by their headroom times the share of this span a new pod would serve
     there, after its image pull (where the node does not hold the image), weight load and start
-    (`scoring.readiness`, priced with the descheduler's pull and load rates): a cool node that
+    (`scoring.advice.readiness`, priced with the descheduler's pull and load rates): a cool node that
     must pull for minutes can rank below a warm node that holds the image. The descheduler's
     10-minute window, after which a poor placement is its to mend (assumption). 0: off."""
     settle_seconds: float = 45.0
@@ -226,10 +226,14 @@ class PlacementPolicy:
     workload_label: str = "app.kubernetes.io/name"
     """A pod carrying this label is spread across nodes with its peers even without a ReplicaSet."""
     training_label_keys: tuple[str, ...] = (
-        "training.kubeflow.org/job-name", "jobset.sigs.k8s.io/jobset-name", "leaderworkerset.sigs.k8s.io/name",
-        "batch.kubernetes.io/job-name", "volcano.sh/job-name", "kueue.x-k8s.io/pod-group-name")
-    """Labels naming a distributed job whose pods should pack into one interconnect domain.
-    `batch.kubernetes.io/job-name` only counts on Indexed Jobs."""
+        "training.kubeflow.org/job-name", "jobset.sigs.k8s.io/jobset-name", "leaderworkerset.sigs.k8s.io/group-key",
+        "batch.kubernetes.io/job-name", "volcano.sh/job-name", "kueue.x-k8s.io/pod-group-name",
+        "gpu-balancer.io/serving-group")
+    """Labels naming a group of pods that should pack into one interconnect domain: a distributed
+    job, one replica of a model served across nodes (LeaderWorkerSet's `group-key`, shared by a
+    group's leader and workers and by no other group, so replicas stay independent), or pods that
+    serve as one (`gpu-balancer.io/serving-group`: a prefill replica and the decode replicas it
+    hands its KV cache to). `batch.kubernetes.io/job-name` only counts on Indexed Jobs."""
     interconnect_label: str = "nvidia.com/gpu.clique"
     """GPU Feature Discovery's NVLink domain label, the tightest packing domain."""
     network_block_label: str = "network.topology.kubernetes.io/block"

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scoring.claims import EMPTY_BOOK, ClaimBook, book_from_objects
-from scoring.objects import as_dict
+from scoring.cluster.claims import EMPTY_BOOK, ClaimBook, book_from_objects
+from scoring.cluster.objects import as_dict
 from scoring.policy import PlacementPolicy
 from sim.kube_match import Labels, Selector, label_selector
 from sim.scheduler_profile import DEFAULT_PROFILE, Profile

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from scoring import dcgm, exporter_text
-from scoring.telemetry import GpuSample
+from scoring import dcgm
+from scoring.ingest import exporter_text
+from scoring.ingest.telemetry import GpuSample
 
 
 def _escape(value: str) -> str:

@@ -13,8 +13,8 @@ from collections import defaultdict
 from dataclasses import replace
 
 from descheduler.cluster import namespace_object
-from scoring.images import MODEL_ANNOTATION, MODEL_BYTES_ANNOTATION, fluid_cache_label
-from scoring.claims import book_from_objects, class_of, class_resource
+from scoring.cluster.claims import book_from_objects, class_of, class_resource
+from scoring.cluster.images import MODEL_ANNOTATION, MODEL_BYTES_ANNOTATION, fluid_cache_label
 from scoring.policy import OptInPolicy, PlacementPolicy
 from sim.cluster_context import ClusterContext
 from sim.llm import world as serving_world
@@ -139,7 +139,7 @@ def _service_models(scenario: Scenario) -> dict[str | None, str]:
 
 def unit_resource(scenario: Scenario, pool: PoolShape) -> str:
     """The resource a pool's units are counted in: the device plugin's, or the DRA class's as
-    `scoring.claims` counts a ResourceSlice's devices."""
+    `scoring.cluster.claims` counts a ResourceSlice's devices."""
     return class_resource(pool.device_class) if scenario.inference.claims == "dra" else pool.resource
 
 

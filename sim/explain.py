@@ -9,15 +9,15 @@ from datetime import datetime
 from typing import Any
 
 
+from scoring.advice.placement import index_fleet
+from scoring.advice.readiness import pod_startup, startup_costs, time_to_ready
+from scoring.cluster.claims import PodClaims, class_of, devices_from_objects, pod_claims
+from scoring.cluster.holdings import holds_units
+from scoring.cluster.view import ClusterView
+from scoring.cluster.workloads import BadQuantity, as_dict, as_list, parse_quantity
 from scoring.heat import fleet_heat
-from scoring.holdings import holds_units
-from scoring.placement import index_fleet
-from scoring.claims import PodClaims, class_of, devices_from_objects, pod_claims
+from scoring.ingest.telemetry import ClusterSnapshot
 from scoring.policy import BalancerPolicy, PlacementPolicy
-from scoring.readiness import pod_startup, startup_costs, time_to_ready
-from scoring.telemetry import ClusterSnapshot
-from scoring.view import ClusterView
-from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
 from sim.cluster_context import NO_CONTEXT, ClusterContext
 from sim.framework import NodeVerdict
 from sim.node_state import NodeState

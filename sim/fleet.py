@@ -6,7 +6,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from scoring.telemetry import GpuSample, PodRef
+from scoring.ingest.telemetry import GpuSample, PodRef
 
 PROFILES = ("skewed", "uniform", "idle", "failing")
 """skewed: a heavy-tailed few nodes run hot while most idle — the pile-up the stock scheduler
@@ -14,6 +14,9 @@ makes. uniform: every node moderately busy. idle: nothing running. failing: skew
 with a critical XID and one under GPU-memory pressure."""
 
 H100_MEMORY_MIB = 81559.0
+BOOST_CLOCK_MHZ, IDLE_CLOCK_MHZ = 1980.0, 345.0
+"""A busy GPU's SM clock (an H100 SXM's boost clock, `sim.llm.hardware`), and where an idle one
+parks it (assumption, as `sim.llm.world` parks it): dcgm-exporter exports DCGM_FI_DEV_SM_CLOCK by default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,7 @@ def generate_fleet(spec: FleetSpec) -> list[GpuSample]:
                 temperature_c=round(32 + 45 * util / 100 + rng.uniform(0, 3)),
                 power_w=round(70 + 6.3 * util + rng.uniform(0, 10), 3),
                 last_xid=xid,
+                sm_clock_mhz=BOOST_CLOCK_MHZ if busy else IDLE_CLOCK_MHZ,
                 pod=PodRef("inference", f"svc-{n % 7}-{n:04d}{g}", "server") if busy or memory_pressure else None,
             ))
     return readings

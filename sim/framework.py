@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from scoring.objects import as_dict, as_list
+from scoring.cluster.objects import as_dict, as_list
 from sim.kube_match import node_selector_term
 from sim.pod_requests import pod_requests
 

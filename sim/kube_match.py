@@ -1,7 +1,7 @@
 """Kubernetes matching rules the scheduler model filters and scores with: label selectors, node
 selector terms, tolerations. Pure, no I/O.
 
-Deliberately separate from `scoring.feasibility` (which the webhook runs): the scheduler model is
+Deliberately separate from `scoring.cluster.feasibility` (which the webhook runs): the scheduler model is
 the oracle that the webhook's feasibility is tested against, so it must not share its code.
 """
 
@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from scoring.workloads import as_dict, as_list
+from scoring.cluster.workloads import as_dict, as_list
 
 Labels = Mapping[str, str]
 Selector = Callable[[Labels], bool]

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scoring.images import IMAGE_BYTES_ANNOTATION
-from scoring.objects import as_dict, as_list
+from scoring.cluster.images import IMAGE_BYTES_ANNOTATION
+from scoring.cluster.objects import as_dict, as_list
 from sim.pod_requests import pod_requests, quantity
 
 IMAGE_SIZE_ANNOTATION = IMAGE_BYTES_ANNOTATION

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from scoring.workloads import BadQuantity, as_dict, as_list, parse_quantity
+from scoring.cluster.workloads import BadQuantity, as_dict, as_list, parse_quantity
 
 DEFAULT_CPU_CORES = 0.1
 DEFAULT_MEMORY_BYTES = 200 * 2**20

@@ -8,7 +8,7 @@ from statistics import fmean, pstdev
 
 import numpy as np
 
-from scoring.claims import class_resource
+from scoring.cluster.claims import class_resource
 from sim.avoidance import AvoidanceTally
 from sim.engine import bind, build_world, measure, step_workloads
 from sim.world_state import gpu_count

@@ -11,7 +11,7 @@ InterPodAffinity ×2, NodeResourcesFit (LeastAllocated on cpu and memory with th
 defaults; GPUs are filtered on, never scored) ×1, BalancedAllocation ×1, ImageLocality ×1.
 
 DynamicResources filters GPU claims only (the policy's GPU DeviceClasses, counted by
-`scoring.claims`: free devices of the class, `All`, `firstAvailable`, an allocated claim's node);
+`scoring.cluster.claims`: free devices of the class, `All`, `firstAvailable`, an allocated claim's node);
 claimed devices are bound with their pod (`NodeState.bind(pod, devices)`).
 
 Not modelled: volumes (VolumeBinding, VolumeZone, VolumeRestrictions, NodeVolumeLimits),
@@ -30,10 +30,10 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from scoring.claims import EMPTY_BOOK, ClaimBook, class_of
-from scoring.feasibility import NodeFacts, taints_from
-from scoring.images import node_images
-from scoring.view import ClusterView
+from scoring.cluster.claims import EMPTY_BOOK, ClaimBook, class_of
+from scoring.cluster.feasibility import NodeFacts, taints_from
+from scoring.cluster.images import node_images
+from scoring.cluster.view import ClusterView
 from sim.cluster_context import NO_CONTEXT, ClusterContext
 from sim.framework import Cycle, NodeVerdict, run_cycle
 from sim.node_state import NodeState, status_images
@@ -53,7 +53,7 @@ def evaluate(pod: Mapping[str, Any], nodes: list[NodeState], *, score_gpus: bool
 def view_of(nodes: Iterable[NodeState], now: datetime, claims: ClaimBook = EMPTY_BOOK) -> ClusterView:
     """The nodes as the webhook's cluster view shows them: GPU resources (extended and DRA) and
     the units bound pods hold (the model binds a pod's claimed devices with it and unbinds what
-    ends, so its requests are `scoring.holdings`' held units)."""
+    ends, so its requests are `scoring.cluster.holdings`' held units)."""
     facts, held, bound = {}, {}, set()
     for node in nodes:
         allocatable = {r: int(q) for r, q in node.allocatable.items() if r.startswith("nvidia.com/") or class_of(r)}

@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
-from scoring import recording
+from scoring.ingest import recording
+from scoring.ingest.prometheus import connect, read_snapshot
+from scoring.ingest.queries import topology_keys
+from scoring.ingest.telemetry import ClusterSnapshot
 from scoring.policy import BalancerPolicy, default_policy
-from scoring.prometheus import connect, read_snapshot
-from scoring.queries import topology_keys
-from scoring.telemetry import ClusterSnapshot
 from sim.dcgm_text import render_exposition
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.fleet import FleetSpec, generate_fleet

@@ -182,5 +182,5 @@ def test_a_bad_descheduler_strategy_stops_every_command_that_loads_the_policy(tm
                  ["deschedule", "--config", str(policy), "--cluster-file", "/nonexistent"]):
         code, output = run(argv)
         assert code in (1, 2), (argv, output)
-        assert "descheduler.strategies[1].name: unknown strategy 'binpack' (known: health, utilisation, throttling, " \
-               "serving)" in output, output
+        assert "descheduler.strategies[1].name: unknown strategy 'binpack' (known: health, degraded, utilisation, " \
+               "throttling, serving)" in output, output

@@ -11,11 +11,11 @@ CLIENTS = ("requests", "urllib3", "httpx", "aiohttp", "kubernetes", "fastapi", "
            "prometheus_api_client")
 
 
-@pytest.mark.parametrize("module", ["scoring.heat", "scoring.placement", "scoring.policy", "scoring.series",
-                                    "descheduler.plan", "descheduler.ledger", "descheduler.payback",
-                                    "descheduler.step", "descheduler.strategies", "descheduler.summary", "scoring.queries",
-                                    "scoring.recording", "scoring.signals.registry", "sim.policies",
-                                    "webhook.admit", "webhook.ledger"])
+@pytest.mark.parametrize("module", ["scoring.heat", "scoring.advice.placement", "scoring.policy",
+                                    "scoring.ingest.series", "scoring.ingest.queries", "scoring.ingest.recording",
+                                    "scoring.ingest.signals.registry", "descheduler.plan", "descheduler.ledger",
+                                    "descheduler.payback", "descheduler.step", "descheduler.strategies",
+                                    "descheduler.summary", "sim.policies", "webhook.admit", "webhook.ledger"])
 def test_a_pure_module_loads_no_http_or_kubernetes_client(module):
     probe = f"import sys, {module}; print(' '.join(m for m in {CLIENTS!r} if m in sys.modules))"
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()

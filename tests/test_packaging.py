@@ -34,7 +34,7 @@ def test_the_wheel_holds_every_package_and_subpackage(tmp_path):
     files = set(zipfile.ZipFile(wheel).namelist())
     packaged = {name.rsplit("/", 1)[0].replace("/", ".") for name in files if name.endswith("/__init__.py")}
     assert packaged == packages_on_disk(*PRODUCT, "sim")
-    assert {"scoring.signals", "descheduler.strategies", "sim.llm"} <= packaged
+    assert {"scoring.ingest.signals", "descheduler.strategies", "sim.llm"} <= packaged
     assert not any(name.startswith("tests/") for name in files)
 
 

@@ -10,17 +10,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from scoring.claims import ClaimBook, has_resource_claims, pod_claims
-from scoring.feasibility import constraints_for
-from scoring.images import caches_model
-from scoring.placement import NO_ADVICE, PlacementIndex, advise, advise_group, node_domains
+from scoring.advice.placement import NO_ADVICE, PlacementIndex, advise, advise_group, node_domains
+from scoring.advice.readiness import StartupCosts, by_time_to_ready, pod_startup
+from scoring.cluster.claims import ClaimBook, has_resource_claims, pod_claims
+from scoring.cluster.feasibility import constraints_for
+from scoring.cluster.images import caches_model
+from scoring.cluster.view import ClusterView
+from scoring.ingest.serving import workload_of_pod
 from scoring.policy import PlacementPolicy
-from scoring.readiness import StartupCosts, by_time_to_ready, pod_startup
-from scoring.serving import workload_of_pod
-from scoring.view import ClusterView
 from webhook.ledger import SteeringLedger
 from webhook.mutate import mutate_pod
-from scoring.workloads import BadQuantity, as_dict, gpu_request, job_size, labels_of, training_group
+from scoring.cluster.workloads import BadQuantity, as_dict, gpu_request, job_size, labels_of, training_group
 from webhook.pods import exemption
 from webhook.review import AdmissionRequest, AdmissionReviewOut, build_response
 
@@ -73,7 +73,7 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
            now: datetime, claims: ClaimBook | None = None, startup: StartupCosts | None = None) -> Decision:
     """`claims` is where a DRA pod's claims and templates are looked up: the cluster view's live
     book, known as soon as it is listed (before any telemetry); the ledger's view's by default.
-    `startup` prices each candidate node's time to ready for the pod (`scoring.readiness`); None:
+    `startup` prices each candidate node's time to ready for the pod (`scoring.advice.readiness`); None:
     nodes are ranked on headroom alone."""
     def unchanged(reason: str, detail: str = "", warnings: tuple[str, ...] = ()) -> Decision:
         return Decision(build_response(request.uid, warnings=warnings), "unchanged", reason, detail)

@@ -12,8 +12,8 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from scoring.advice.readiness import startup_costs
 from scoring.policy import BalancerPolicy
-from scoring.readiness import startup_costs
 from webhook.admit import decide
 from webhook.cache import SnapshotCache
 from webhook.cluster_watch import ClusterWatch

@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
 
+from scoring.ingest.telemetry import ClusterSnapshot
 from scoring.policy import BalancerPolicy
-from scoring.telemetry import ClusterSnapshot
 from webhook.refresh import Telemetry, assess
 
 log = logging.getLogger("gpu_balancer.webhook.cache")

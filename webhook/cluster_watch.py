@@ -4,7 +4,7 @@ refresh (I/O through `webhook.list_watch`, which lists and watches them).
 
 One background thread per kind (`webhook.list_watch.ListWatch`), never on the admission path:
 listed in pages, then watched with bookmarks, relisted on 410 Gone, slowed by 429s, backed off on
-errors. What it hands over is reduced by `scoring.cluster_state.ClusterState` (pure), under this
+errors. What it hands over is reduced by `scoring.cluster.cluster_state.ClusterState` (pure), under this
 module's lock; this module adds whether the view can be trusted. Pods are listed bound and
 non-terminal only (a field selector), so a pod's binding arrives as its first event; each binding
 is handed to `on_binding` (the ledger).
@@ -28,12 +28,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from scoring.claims import ClaimBook
-from scoring.cluster_state import ClusterState
-from scoring.images import large_images
+from scoring.cluster.claims import ClaimBook
+from scoring.cluster.cluster_state import ClusterState
+from scoring.cluster.images import large_images
+from scoring.cluster.objects import as_dict, as_list
+from scoring.cluster.view import BOOKING_ANNOTATION, Binding, ClusterView
 from scoring.policy import PlacementPolicy
-from scoring.objects import as_dict, as_list
-from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView
 from webhook.list_watch import ListWatch
 
 log = logging.getLogger("gpu_balancer.webhook.cluster")

@@ -10,10 +10,10 @@ Bookings do two things. They lower a node's headroom (load the telemetry cannot 
 with a cluster view, they take room: free units are the view's exact free count less bookings
 the view does not yet hold. Without a view, room is the telemetry's free GPUs less bookings.
 
-For each constraint signature (`scoring.feasibility.PodConstraints`) the ledger keeps the
+For each constraint signature (`scoring.cluster.feasibility.PodConstraints`) the ledger keeps the
 snapshot's ranking restricted to feasible nodes, as a heap of headroom-after-bookings scores that
 replays only the nodes whose bookings changed, so `top` costs O(K log n) however many nodes hold
-bookings. It returns exactly what `scoring.placement.rank` would on the feasible sub-index.
+bookings. It returns exactly what `scoring.advice.placement.rank` would on the feasible sub-index.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from scoring.feasibility import FeasibleSets, PodConstraints
-from scoring.placement import Candidate, PlacementIndex, headroom
-from scoring.view import Binding, ClusterView
+from scoring.advice.placement import Candidate, PlacementIndex, headroom
+from scoring.cluster.feasibility import FeasibleSets, PodConstraints
+from scoring.cluster.view import Binding, ClusterView
 
 _NONE: Counter = Counter()
 MAX_SIGNATURES = 256

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from scoring.objects import as_dict, as_list
+from scoring.cluster.objects import as_dict, as_list
 
 log = logging.getLogger("gpu_balancer.webhook.cluster")
 

@@ -14,12 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scoring.claims import PodClaims
-from scoring.placement import NodeAdvice
+from scoring.advice.placement import NodeAdvice
+from scoring.cluster.claims import PodClaims
 from webhook.diff import json_diff
+from scoring.cluster.view import BOOKING_ANNOTATION
+from scoring.cluster.workloads import COMPUTE_DOMAIN_LABEL, training_group
 from scoring.policy import PlacementPolicy
-from scoring.view import BOOKING_ANNOTATION
-from scoring.workloads import COMPUTE_DOMAIN_LABEL, training_group
 from webhook.pods import ADVICE_ANNOTATION, replica_selector
 from webhook.review import dump_json
 

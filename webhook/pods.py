@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from scoring.cluster.workloads import as_dict, labels_of, owner_kind
 from scoring.policy import PlacementPolicy
-from scoring.workloads import as_dict, labels_of, owner_kind
 
 ADVICE_ANNOTATION = "gpu-balancer.io/advice"
 OPT_OUT_ANNOTATION = "gpu-balancer.io/opt-out"

@@ -8,12 +8,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from scoring.advice.placement import PlacementIndex, index_fleet
+from scoring.cluster.view import ClusterView
 from scoring.heat import FleetHeat, fleet_heat
-from scoring.placement import PlacementIndex, index_fleet
+from scoring.ingest.serving import queueing_workloads
+from scoring.ingest.telemetry import ClusterSnapshot
 from scoring.policy import BalancerPolicy
-from scoring.serving import queueing_workloads
-from scoring.telemetry import ClusterSnapshot
-from scoring.view import ClusterView
 from webhook.ledger import SteeringLedger
 
 

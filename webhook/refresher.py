@@ -1,6 +1,6 @@
 """Read and assess telemetry in a child process, so that work never holds the webhook's GIL.
 
-Does I/O: a `spawn`ed process runs `scoring.prometheus.SnapshotReader` and `webhook.refresh.assess`
+Does I/O: a `spawn`ed process runs `scoring.ingest.prometheus.SnapshotReader` and `webhook.refresh.assess`
 on request and sends the small `Telemetry` (the ranked fleet, no per-GPU data) back through a
 pipe. At 5,000 nodes the read costs 0.3–0.6 s of CPU and the assessment ~90 ms; in the webhook
 process both would stall admissions, from the child they cost the parent one short unpickle.
@@ -17,9 +17,9 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from multiprocessing.connection import Connection
 
+from scoring.ingest.prometheus import TelemetryError
+from scoring.ingest.telemetry import ClusterSnapshot
 from scoring.policy import BalancerPolicy
-from scoring.prometheus import TelemetryError
-from scoring.telemetry import ClusterSnapshot
 from webhook.refresh import Telemetry, assess
 
 CHILD_NICENESS = 10
@@ -33,7 +33,7 @@ def _serve(policy: BalancerPolicy, connection: Connection, read: Callable[[], Cl
     # webhook's request path first and this refresh in the gaps (a few seconds late is harmless).
     os.nice(CHILD_NICENESS)
     if read is None:
-        from scoring.prometheus import SnapshotReader, connect
+        from scoring.ingest.prometheus import SnapshotReader, connect
 
         read = SnapshotReader(connect(policy.prometheus), policy)
     while True:

@@ -6,15 +6,17 @@ each must shed and in what order its pods go. Pure, no I/O. A new strategy is on
 
 from __future__ import annotations
 
-from descheduler.strategies import health, serving, throttling, utilisation
+from descheduler.strategies import degraded, health, serving, throttling, utilisation
 from descheduler.strategies.base import WINDOWS, Candidate, PlanInputs, Source, Strategy
 from scoring.plugins import Registration, build_all
 from scoring.policy import DeschedulerPolicy
 
 REGISTERED: dict[str, Registration[Strategy]] = {r.name: r for r in (
-    health.REGISTRATION, utilisation.REGISTRATION, throttling.REGISTRATION, serving.REGISTRATION)}
-"""In the order a node is offered to them by default: pods on a failed GPU serve nothing, so they
-go first; then nodes hot on utilisation, on clocks held down, and last on serving figures alone."""
+    health.REGISTRATION, degraded.REGISTRATION, utilisation.REGISTRATION, throttling.REGISTRATION,
+    serving.REGISTRATION)}
+"""In the order a node is offered to them: pods on a failed GPU serve nothing, so they go first;
+pods on a degraded GPU are named exactly, so they come next (`degraded` is opt-in); then nodes hot
+on utilisation, on clocks held down, and last on serving figures alone."""
 
 
 def configure(policy: DeschedulerPolicy) -> tuple[Strategy, ...]:

@@ -11,9 +11,9 @@ from typing import Any, Protocol
 from descheduler.cluster import PodInfo
 from descheduler.proposals import Skip
 from scoring.heat import FleetHeat, NodeHeat
+from scoring.ingest.serving import SustainedServing
+from scoring.ingest.telemetry import ClusterSnapshot, WindowStats
 from scoring.policy import DeschedulerPolicy
-from scoring.serving import SustainedServing
-from scoring.telemetry import ClusterSnapshot, WindowStats
 
 Candidate = tuple[PodInfo, float]
 """An evictable pod on a source node, and the points of node utilisation its GPUs account for."""
@@ -77,6 +77,9 @@ class Source:
     weigh_payback: bool = True
     """Whether a move must pay for its restart (`descheduler.payback`); not where the pod serves
     nothing where it is (its GPU has failed)."""
+    recovers: Callable[[PodInfo], float] | None = None
+    """The share of a pod's service its move recovers, where the strategy knows it (a slow GPU's
+    clock against its peers'); None: the payback rule's own estimate."""
 
 
 class Strategy(Protocol):

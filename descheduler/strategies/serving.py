@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from descheduler.proposals import Skip
 from descheduler.strategies.base import SERVING, Candidate, PlanInputs, Source
 from scoring.heat import SLOW_SERVING, FleetHeat, Tier
+from scoring.ingest.serving import ServingReplica, SustainedServing
 from scoring.plugins import Registration
 from scoring.policy import DeschedulerPolicy
-from scoring.serving import ServingReplica, SustainedServing
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from descheduler.proposals import Skip
 from descheduler.strategies.base import THROTTLING, Candidate, PlanInputs, Source
 from scoring.heat import FleetHeat, Tier
+from scoring.ingest.telemetry import WindowStats
 from scoring.plugins import Registration
 from scoring.policy import DeschedulerPolicy
-from scoring.telemetry import WindowStats
 
 
 @dataclass(frozen=True)

@@ -2,17 +2,21 @@
 that best cover their excess. Pure, no I/O.
 
 A node is a source only when it is hot now *and* has been over the window (mean and a low
-quantile, with enough samples): a spike of seconds never triggers an eviction."""
+quantile, with enough samples): a spike of seconds never triggers an eviction. A pod whose model
+server reports its serving series is not moved on duty cycle: a continuous-batching server keeps
+its GPU 89–99 % busy from its first request (issue 47), so the duty cycle says nothing of how it
+serves; its own figures do, and the serving strategy reads them."""
 
 from __future__ import annotations
 
 from descheduler.proposals import Skip
 from descheduler.strategies.base import UTILISATION, Candidate, PlanInputs, Source
 from scoring.heat import FleetHeat, Tier
+from scoring.ingest.telemetry import WindowStats
 from scoring.plugins import NoArgs, Registration
 from scoring.policy import DeschedulerPolicy
-from scoring.telemetry import WindowStats
 
+SERVES = "serves requests: moved on its serving figures (the serving strategy), not on duty cycle"
 MAX_NOT_SUSTAINED_NOTES = 5
 """Nodes hot now but not sustained-hot named in the notes; the rest are counted."""
 
@@ -73,8 +77,13 @@ class Utilisation:
             return (0 if covers else 1, share if covers else -share, pod.priority, -inputs.running[pod.workload],
                     pod.namespace, pod.name)
 
+        node = inputs.snapshot.by_name.get(name)
+        serving = {(r.namespace, r.pod) for r in node.serving} if node is not None else set()
+
         def order(candidates: list[Candidate], skipped: list[Skip]) -> list[Candidate]:
-            return sorted(candidates, key=rank)
+            skipped.extend(Skip(pod.namespace, pod.name, SERVES) for pod, _ in candidates
+                           if (pod.namespace, pod.name) in serving)
+            return sorted((c for c in candidates if (c[0].namespace, c[0].name) not in serving), key=rank)
 
         return Source(name, reason, excess, order, sheds=lambda share: share)
 

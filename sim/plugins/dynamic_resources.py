@@ -1,5 +1,5 @@
 """DynamicResources, for GPU claims only: the policy's GPU DeviceClasses, counted by
-`scoring.claims` (free devices of the class, `All`, `firstAvailable`, an allocated claim's node).
+`scoring.cluster.claims` (free devices of the class, `All`, `firstAvailable`, an allocated claim's node).
 Pure, no I/O."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from scoring.claims import pod_claims
-from scoring.feasibility import NodeFacts, PodConstraints, why_infeasible
+from scoring.cluster.claims import pod_claims
+from scoring.cluster.feasibility import NodeFacts, PodConstraints, why_infeasible
 from sim.framework import Base, Cycle
 from sim.node_state import NodeState
 

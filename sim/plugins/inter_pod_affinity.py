@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from scoring.objects import as_dict, as_list
+from scoring.cluster.objects import as_dict, as_list
 from sim.framework import MAX_SCORE, Base, Cycle
 from sim.kube_match import Labels, Selector, everything, label_selector, nothing, with_label_keys
 from sim.plugins.pod_topology_spread import namespace_of, pod_labels

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scoring.objects import as_dict, as_list
+from scoring.cluster.objects import as_dict, as_list
 from sim.framework import Base, Cycle, default_normalize
 from sim.kube_match import node_selector_term
 from sim.node_state import NodeState

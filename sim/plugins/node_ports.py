@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scoring.objects import as_dict, as_list
+from scoring.cluster.objects import as_dict, as_list
 from sim.framework import Base, Cycle
 from sim.node_state import NodeState
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from scoring.objects import as_dict, as_list
+from scoring.cluster.objects import as_dict, as_list
 from sim.framework import MAX_SCORE, Base, Cycle
 from sim.kube_match import Labels, Selector, label_selector, tolerates, with_label_keys
 

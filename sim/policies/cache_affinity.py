@@ -11,7 +11,7 @@ already, scores the nodes that hold the image.
 
 from __future__ import annotations
 
-from scoring.images import MODEL_ANNOTATION, fluid_cache_label
+from scoring.cluster.images import MODEL_ANNOTATION, fluid_cache_label
 from sim.policies.stock import Stock
 from sim.world_state import SimPod, World
 

@@ -6,7 +6,7 @@ import math
 from datetime import datetime, timedelta, timezone
 
 from scoring import dcgm
-from scoring.telemetry import GpuSample, PodRef
+from scoring.ingest.telemetry import GpuSample, PodRef
 from sim.world_state import World
 from sim.llm.telemetry import MIB
 from sim.llm.state import GpuReport
@@ -46,6 +46,7 @@ def observed_samples(world: World, lag: int = 0, busy: dcgm.BusyMeasure = dcgm.B
                                      fb_free_mib=memory_mib - report.fb_used_mib,
                                      temperature_c=report.temperature_c, power_w=report.power_w,
                                      clock_reasons=report.clock_reasons, last_xid=report.xid,
+                                     sm_clock_mhz=report.sm_clock_mhz,
                                      pod=PodRef(*key.split("/", 1)) if key else None))
     return samples
 

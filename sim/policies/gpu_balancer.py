@@ -16,22 +16,22 @@ from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler import step
 from descheduler.strategies.base import SERVING, THROTTLING, UTILISATION, serve_window
-from scoring.claims import ClaimBook, book_from_objects, pod_claims
-from scoring.cluster_state import LISTED, ClusterState
-from scoring.feasibility import constraints_of, why_infeasible
+from scoring import dcgm
+from scoring.advice.readiness import startup_costs
+from scoring.cluster.claims import ClaimBook, book_from_objects, pod_claims
+from scoring.cluster.cluster_state import LISTED, ClusterState
+from scoring.cluster.feasibility import constraints_of, why_infeasible
+from scoring.cluster.view import BOOKING_ANNOTATION, Binding, ClusterView
+from scoring.cluster.workloads import gpu_request
 from scoring.errors import TelemetryError
 from scoring.heat import fleet_heat
+from scoring.ingest.queries import topology_keys
+from scoring.ingest.series import Series, aggregate_samples, build_snapshot, ksm_label_name
+from scoring.ingest.serving import (ServingReplica, SustainedServing, latency_label, pressure_of, target_for,
+                                    with_peers, with_serving, workload_of_pod)
+from scoring.ingest.signals import host_cpu
+from scoring.ingest.telemetry import ClusterSnapshot, WindowStats
 from scoring.policy import BalancerPolicy, default_policy
-from scoring.queries import topology_keys
-from scoring.readiness import startup_costs
-from scoring import dcgm
-from scoring.serving import (ServingReplica, SustainedServing, latency_label, pressure_of, target_for,
-                             with_peers, with_serving, workload_of_pod)
-from scoring.series import Series, aggregate_samples, build_snapshot, ksm_label_name
-from scoring.signals import host_cpu
-from scoring.telemetry import ClusterSnapshot, WindowStats
-from scoring.workloads import gpu_request
-from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView
 from sim.engine import cluster_objects, recreate
 from sim.world_state import SimPod, World
 from sim.llm.state import GpuReport, ServingState
@@ -51,7 +51,7 @@ def claim_book(world: World, policy: BalancerPolicy) -> ClaimBook:
 
 def watched_view(world: World, policy: BalancerPolicy, now: datetime) -> ClusterView:
     """The view the webhook's watch would hold: the world's objects listed into the same cluster
-    state (`scoring.cluster_state`) production reduces them in."""
+    state (`scoring.cluster.cluster_state`) production reduces them in."""
     by_kind: dict[str, list[dict]] = {kind: [] for kind in LISTED.values()}
     for obj in cluster_objects(world):
         if (kind := LISTED.get(obj.get("kind", ""))) is not None:

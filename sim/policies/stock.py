@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from scoring.claims import class_of
+from scoring.cluster.claims import class_of
 from sim.world_state import SimPod, World
 from sim.scheduler import choose, evaluate
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
-from scoring.telemetry import GpuSample, PodRef
+from scoring.ingest.telemetry import GpuSample, PodRef
 from sim.dcgm_text import render_exposition
 from sim.fake_dcgm import make_server, serve_in_background
 from tests.control_plane.install import ADVICE, HostWebhook, gpu_node, list_pods, new_deployment, policy_text

@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 from descheduler.cluster import cluster_from_objects, namespace_object
 from scoring.heat import FleetHeat, NodeHeat, Tier
+from scoring.ingest.telemetry import WindowStats
+from scoring.ingest.telemetry import ClusterSnapshot, NodeTelemetry, PodUsage
 from scoring.policy import OptInPolicy, PlacementPolicy
-from scoring.telemetry import WindowStats
-from scoring.telemetry import ClusterSnapshot, NodeTelemetry, PodUsage
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 

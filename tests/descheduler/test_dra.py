@@ -6,7 +6,7 @@ from __future__ import annotations
 from descheduler.cluster import cluster_from_objects, namespace_object
 from descheduler.filters import why_not_evictable
 from descheduler.run import live_cluster
-from scoring.claims import class_resource
+from scoring.cluster.claims import class_resource
 from scoring.policy import BalancerPolicy, DeschedulerPolicy, OptInPolicy, PlacementPolicy
 from tests.descheduler.helpers import fleet, heat, window
 from tests.descheduler.test_plan import SUSTAINED, plan

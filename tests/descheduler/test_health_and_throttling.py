@@ -16,9 +16,9 @@ from descheduler.plan import plan_evictions
 from descheduler.strategies import configure
 from scoring import dcgm
 from scoring.heat import Tier, fleet_heat
+from scoring.ingest.prometheus import connect, read_snapshot, read_throttle_window
+from scoring.ingest.telemetry import ClusterSnapshot, NodeTelemetry, PodUsage, WindowStats
 from scoring.policy import DeschedulerPolicy, HeatPolicy, PolicyError, default_policy, parse_policy
-from scoring.prometheus import connect, read_snapshot, read_throttle_window
-from scoring.telemetry import ClusterSnapshot, NodeTelemetry, PodUsage, WindowStats
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.llm.exposition import dcgm_text, ticks
 from tests.descheduler.helpers import NOW, cluster, node_obj, pod_obj, window
@@ -171,7 +171,7 @@ def test_a_strategys_arguments_change_what_it_acts_on():
 
 @pytest.mark.parametrize("strategies, message", [
     ("[{name: utilization}]", "descheduler.strategies[0].name: unknown strategy 'utilization' (known: health, "
-                              "utilisation, throttling, serving)"),
+                              "degraded, utilisation, throttling, serving)"),
     ("[{name: throttling, args: {minShareHeld: 2}}]", "descheduler.strategies[0].args.minShareHeld: must be in (0, 1]"),
     ("[{name: health}, {name: serving, args: {minLowPresure: 1}}]",
      "descheduler.strategies[1].args.minLowPresure: unknown field (known: minLowPressure)"),

@@ -16,9 +16,9 @@ from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
 from sim.dcgm_text import render_exposition
 from scoring import dcgm
 from descheduler.cluster import namespace_object
+from scoring.ingest.prometheus import connect, read_window
+from scoring.ingest.telemetry import GpuSample, PodRef
 from scoring.policy import OptInPolicy, default_policy
-from scoring.prometheus import connect, read_window
-from scoring.telemetry import GpuSample, PodRef
 from tests.conftest import _require_prometheus
 from tests.descheduler.helpers import node_obj, pod_obj
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from descheduler.loop import run_every
 from descheduler.metrics import DeschedulerMetrics
-from scoring.prometheus import TelemetryError
+from scoring.ingest.prometheus import TelemetryError
 
 
 def test_a_failed_run_is_counted_and_the_next_runs_on_its_period(capsys):

@@ -9,10 +9,12 @@ import pytest
 
 from descheduler.ledger import LedgerState
 from descheduler.payback import payback, restart_seconds
-from scoring.images import IMAGE_BYTES_ANNOTATION, MODEL_BYTES_ANNOTATION
+from scoring.cluster.images import IMAGE_BYTES_ANNOTATION, MODEL_BYTES_ANNOTATION
 from descheduler.plan import plan_evictions
+from descheduler.strategies.utilisation import SERVES
+from descheduler.summary import reason_code
+from scoring.ingest.serving import ServingReplica
 from scoring.policy import DeschedulerPolicy, ServingTarget
-from scoring.serving import ServingReplica
 from tests.descheduler.helpers import NOW, cluster, fleet, heat, node_obj, pod_obj, snapshot, window
 
 POLICY = DeschedulerPolicy()
@@ -61,12 +63,14 @@ def test_a_move_from_a_hot_node_to_a_cool_one_pays_and_the_plan_shows_both_numbe
     assert "gain ~1476 s of its service in 30 min > restart ~119 s" in eviction.reason
 
 
-def test_a_move_that_would_not_pay_is_skipped_and_its_room_is_not_promised():
-    serving = [replica(f"p{i}", 0.6, 0.6) for i in range(4)]  # every replica as fast as its peers
+def test_a_serving_replica_is_not_moved_on_duty_cycle():
+    # A continuous-batching server reads busy from its first request: its own figures say how it
+    # serves, and the serving strategy reads them. The other pods of the node still may go.
+    serving = [replica(f"p{i}", 2.0, 0.5) for i in range(3)]  # slower than their peers, even so
     result = plan_for(annotations=LLM, serving=serving)
-    assert result.evictions == ()
-    reasons = [s.reason for s in result.skipped]
-    assert reasons and all(r.startswith("move does not pay: gain ~0 s") for r in reasons), reasons
+    assert [e.pod for e in result.evictions] == ["p3"]
+    assert {s.pod: s.reason for s in result.skipped} == {f"p{i}": SERVES for i in range(3)}
+    assert reason_code(SERVES) == "serving"
 
 
 def test_a_warm_destination_leaves_too_little_gain_for_a_long_restart():
@@ -88,7 +92,7 @@ def test_the_run_report_shows_both_numbers_and_the_summary_counts_moves_that_did
     from descheduler.summary import summarise
 
     paid = plan_for(annotations=LLM)
-    unpaid = plan_for(annotations=LLM, serving=[replica(f"p{i}", 0.6, 0.6) for i in range(4)])
+    unpaid = plan_for(annotations={**LLM, IMAGE_BYTES_ANNOTATION: str(400 * 2**30)}, destination_util=45.0)
     report = Report(True, replace(paid, skipped=unpaid.skipped),
                     tuple(Outcome(e, "dry-run") for e in paid.evictions))
     (entry,) = report.as_dict()["would_evict"]

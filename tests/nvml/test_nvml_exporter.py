@@ -19,8 +19,8 @@ from nvml_exporter.reader import NvmlUnavailable, XidWatcher, read_gpus, start
 from nvml_exporter.serve import run
 from scoring import dcgm
 from scoring.heat import Tier, node_heat
+from scoring.ingest.series import series_from_families, snapshot_from_readings
 from scoring.policy import HeatPolicy
-from scoring.series import series_from_families, snapshot_from_readings
 from sim.dcgm_text import render_exposition
 from tests.nvml.recorded_nvml import GIB, RecordedNvml, h100_node
 

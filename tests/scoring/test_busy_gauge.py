@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scoring import dcgm
 from scoring.dcgm import BusyMeasure
+from scoring.ingest.series import gpu_samples, series_from_families
 from scoring.policy import PolicyError, default_policy, parse_policy
-from scoring.series import gpu_samples, series_from_families
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.llm.exposition import dcgm_text, ticks
 from tests.conftest import FIXTURES, read_through

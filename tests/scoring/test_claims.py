@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from scoring.claims import (ClaimBook, allocated_devices, book_from_objects, class_resource, held_devices,
-                            inventory_from_slices, pod_claims)
-from scoring.feasibility import NodeFacts, constraints_of, why_infeasible
+from scoring.cluster.claims import (ClaimBook, allocated_devices, book_from_objects, class_resource, held_devices,
+                                    inventory_from_slices, pod_claims)
+from scoring.cluster.feasibility import NodeFacts, constraints_of, why_infeasible
+from scoring.cluster.workloads import gpu_request, training_group
 from scoring.policy import GpuDeviceClass, PlacementPolicy, PolicyError, parse_policy
-from scoring.workloads import gpu_request, training_group
 from tests.dra_objects import (CHANNEL_CLASS, GPU_CLASS, MIG_CLASS, claim, dra_pod, exactly, first_available,
                                gpu_slice, template)
 
@@ -146,7 +146,7 @@ def test_held_devices_kept_by_events_equal_a_recount():
     the running counts equal `held_devices` over the claims as they stand."""
     import random
 
-    from scoring.claims import HeldDevices
+    from scoring.cluster.claims import HeldDevices
 
     rng = random.Random(4)
     inventory = inventory_from_slices([gpu_slice(f"n{i}", 4) for i in range(3)], POLICY)

@@ -10,8 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scoring.heat import fleet_heat
+from scoring.ingest.series import series_from_families, snapshot_from_readings
 from scoring.policy import default_policy
-from scoring.series import series_from_families, snapshot_from_readings
 from tests.conftest import FIXTURES, read_through
 
 TEXT = (FIXTURES / "dcgm-exporter-dra-gh200-shared-claim.txt").read_text()

@@ -9,13 +9,13 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.feasibility import (NodeFacts, PodConstraints, Taint, Toleration, constraints_of, node_facts,
-                                 why_infeasible)
-from scoring.node_selectors import Requirement
+from scoring.advice.placement import index_fleet
+from scoring.cluster.feasibility import (NodeFacts, PodConstraints, Taint, Toleration, constraints_of, node_facts,
+                                         why_infeasible)
+from scoring.cluster.node_selectors import Requirement
+from scoring.cluster.view import ClusterView
 from scoring.heat import FleetHeat, NodeHeat, Tier
-from scoring.placement import index_fleet
 from scoring.policy import PlacementPolicy
-from scoring.view import ClusterView
 from sim.node_state import NodeState
 from sim.scheduler import evaluate
 from webhook.admit import decide

@@ -5,11 +5,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from scoring.advice.placement import base_headroom
 from scoring.heat import Tier, fleet_heat, node_heat
-from scoring.placement import base_headroom
+from scoring.ingest.series import Series, aggregate_samples, build_snapshot
+from scoring.ingest.telemetry import ClusterSnapshot, GpuSample, NodeTelemetry, PodRef
 from scoring.policy import HeatPolicy
-from scoring.series import Series, aggregate_samples, build_snapshot
-from scoring.telemetry import ClusterSnapshot, GpuSample, NodeTelemetry, PodRef
 
 POLICY = HeatPolicy()
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -102,8 +102,8 @@ def test_old_or_empty_telemetry_is_stale(age, nodes, stale):
 def _llm_node(name: str, kv_usage: float | None, running: float | None, waiting: float = 0.0) -> NodeTelemetry:
     """Eight GPUs as a vLLM fleet shows them: each a one-GPU replica with its KV cache preallocated
     (90 % of the framebuffer) and its duty cycle saturated by any request in flight."""
+    from scoring.ingest.serving import ServingReplica
     from scoring.policy import ServingTarget
-    from scoring.serving import ServingReplica
 
     samples = [replace(gpu(i, util=97.0, used=73_728.0, free=8_192.0, pod=PodRef("chat", f"{name}-r{i}")), node=name)
                for i in range(8)]
@@ -124,7 +124,7 @@ def test_on_an_llm_fleet_the_servers_load_not_the_duty_cycle_says_how_busy_a_nod
     assert node_heat(batch_bound, POLICY).tier is Tier.HOT, "a full batch with a queue is load, whatever the cache"
     assert not any("memory" in r for r in node_heat(light, POLICY).reasons), "a preallocated cache is not pressure"
     # Without the servers' load figures every node reads hot on its duty cycle, as before; its
-    # memory says nothing, since each GPU is one replica's (`scoring.memory`).
+    # memory says nothing, since each GPU is one replica's (`scoring.ingest.memory`).
     for telemetry in (light, heavy):
         blind = replace(telemetry, serving=tuple(replace(r, kv_usage=None, running=None) for r in telemetry.serving))
         assert node_heat(blind, POLICY).tier is Tier.HOT

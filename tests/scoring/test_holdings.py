@@ -7,8 +7,8 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from descheduler.cluster import cluster_from_objects
-from scoring.cluster_state import ClusterState
-from scoring.holdings import held_per_node, holds_units
+from scoring.cluster.cluster_state import ClusterState
+from scoring.cluster.holdings import held_per_node, holds_units
 from scoring.policy import PlacementPolicy
 
 POLICY = PlacementPolicy()

@@ -11,11 +11,11 @@ from dataclasses import replace
 import pytest
 
 from scoring.heat import Tier, node_heat
+from scoring.ingest.prometheus import _series, connect, read_snapshot
+from scoring.ingest.signals import registry
+from scoring.ingest.signals.host_cpu import THROTTLED, WAITING, Args, HostCpu
+from scoring.ingest.telemetry import NodeTelemetry
 from scoring.policy import HeatPolicy, PolicyError, default_policy, parse_policy
-from scoring.prometheus import _series, connect, read_snapshot
-from scoring.signals import registry
-from scoring.signals.host_cpu import THROTTLED, WAITING, Args, HostCpu
-from scoring.telemetry import NodeTelemetry
 from sim.fake_dcgm import make_server, serve_in_background
 from tests.conftest import FIXTURES
 from gpu_balancer.local_prometheus import ScrapeTarget
@@ -141,7 +141,7 @@ def test_the_policy_turns_the_signal_off_or_moves_its_bars():
 def test_a_bad_signal_entry_is_named_in_one_line():
     for text, message in (
             ("[{name: host-cpu}]", "heat.signals[0].name: unknown signal 'host-cpu' (known: temperature, throttling, "
-                                   "health, host_cpu)"),
+                                   "health, host_cpu, degraded)"),
             ("[{name: host_cpu, args: {hotShare: 2}}]", "heat.signals[0].args.warmShare: must satisfy"),
             ("[{name: temperature, args: {hot: 1}}]", "heat.signals[0].args.hot: unknown field (known: )")):
         with pytest.raises(PolicyError) as error:

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scoring.advice.placement import advise, base_headroom, headroom, index_fleet, rank
 from scoring.heat import Tier
-from scoring.placement import advise, base_headroom, headroom, index_fleet, rank
 from scoring.policy import PlacementPolicy
 from tests.webhook.helpers import NOW, fleet, node
 from webhook.ledger import SteeringLedger
@@ -156,7 +156,7 @@ def test_the_ledgers_incremental_ranking_equals_a_fresh_ranking(nodes, steps, ne
 
 
 def test_a_distributed_job_is_steered_to_the_domain_with_the_coolest_room_and_stays_there():
-    from scoring.placement import advise_group
+    from scoring.advice.placement import advise_group
 
     nodes = [node("a1", allocated=6), node("a2", allocated=6), node("b1", allocated=0), node("b2", allocated=4),
              node("c1", allocated=0)]
@@ -181,7 +181,7 @@ def test_a_distributed_job_is_steered_to_the_domain_with_the_coolest_room_and_st
 def test_of_two_domains_with_equal_room_a_job_goes_where_the_serving_load_is_lower():
     # Held-out fleet (issue 34, seed 4): a job packed beside replicas at their replica cap pushed
     # those nodes past the contention knee, and its p99 went from 2.6 s (stock) to 13.6 s.
-    from scoring.placement import advise_group
+    from scoring.advice.placement import advise_group
 
     busy = [node(f"a{i}", allocated=4, util=45.0) for i in range(2)]
     quiet = [node(f"b{i}", allocated=4, util=12.0) for i in range(2)]

@@ -16,11 +16,12 @@ from statistics import fmean
 import pytest
 
 from gpu_balancer.local_prometheus import ScrapeTarget
-from scoring import dcgm, recording
+from scoring import dcgm
 from scoring.heat import Tier, fleet_heat
+from scoring.ingest import recording
+from scoring.ingest.prometheus import (PrometheusQueryError, PrometheusUnreachable, SnapshotReader, connect,
+                                       read_snapshot, recorded_at, topology_keys)
 from scoring.policy import BalancerPolicy, BasicAuth, default_policy
-from scoring.prometheus import (PrometheusQueryError, PrometheusUnreachable, SnapshotReader, connect, read_snapshot,
-                                recorded_at, topology_keys)
 from sim.dcgm_text import render_exposition
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.fleet import FleetSpec, generate_fleet
@@ -433,7 +434,7 @@ def test_through_the_rules_a_refresh_reads_the_records_of_one_evaluation(prometh
     # this evaluation and some from the last: it reads as of the last complete one. Here the fleet
     # changes under a running Prometheus, and a read as of an evaluation made before still gets
     # that evaluation's records, every one of them.
-    from scoring.prometheus import _read
+    from scoring.ingest.prometheus import _read
 
     texts = [render_exposition(generate_fleet(SPEC)), render_exposition(generate_fleet(replace(SPEC, seed=6)))]
     serving_now = [texts[0]]

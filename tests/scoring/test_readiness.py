@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from scoring.feasibility import NodeFacts, node_facts
+from scoring.advice.placement import index_fleet
+from scoring.advice.readiness import StartupCosts, by_time_to_ready, pod_startup, startup_costs, time_to_ready
+from scoring.cluster.feasibility import NodeFacts, node_facts
+from scoring.cluster.images import MIN_KEPT_IMAGE_BYTES, node_images, normal_image, pod_images
+from scoring.cluster.view import ClusterView
 from scoring.heat import Tier
-from scoring.images import MIN_KEPT_IMAGE_BYTES, node_images, normal_image, pod_images
-from scoring.placement import index_fleet
 from scoring.policy import BalancerPolicy, PlacementPolicy
-from scoring.readiness import StartupCosts, by_time_to_ready, pod_startup, startup_costs, time_to_ready
-from scoring.view import ClusterView
 from tests.webhook.helpers import NOW, apply_response, fleet, gpu_pod, node, review
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger

@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scoring import dcgm
 from scoring.heat import Tier, fleet_heat
+from scoring.ingest.series import Series, series_from_families, snapshot_from_readings
+from scoring.ingest.telemetry import PodUsage
 from scoring.policy import default_policy
-from scoring.series import Series, series_from_families, snapshot_from_readings
-from scoring.telemetry import PodUsage
 from tests.conftest import FIXTURES, read_through
 
 REAL = FIXTURES / "real_exporters"

@@ -14,12 +14,13 @@ import pytest
 import yaml
 
 from gpu_balancer.local_prometheus import LocalPrometheus, ScrapeTarget
-from scoring import dcgm, recording
+from scoring import dcgm
+from scoring.ingest import recording
+from scoring.ingest.prometheus import connect, read_snapshot, read_window, recorded_fingerprint
+from scoring.ingest.queries import topology_keys
+from scoring.ingest.series import SUMMED
+from scoring.ingest.telemetry import Framebuffer, GpuSample, PodRef
 from scoring.policy import default_policy, parse_policy
-from scoring.series import SUMMED
-from scoring.prometheus import connect, read_snapshot, read_window, recorded_fingerprint
-from scoring.queries import topology_keys
-from scoring.telemetry import Framebuffer, GpuSample, PodRef
 from sim.dcgm_text import render_exposition
 from sim.fleet import FleetSpec
 from tests.conftest import _require_prometheus, rules_evaluated_every_second

@@ -7,9 +7,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scoring import dcgm
 from scoring.dcgm import BusyMeasure
-from scoring.series import (Series, aggregate_samples, build_snapshot, detect_node_label, gpu_samples,
-                            series_from_families, snapshot_from_readings)
-from scoring.telemetry import GpuKind, GpuSample, PodRef, PodUsage
+from scoring.ingest.series import (Series, aggregate_samples, build_snapshot, detect_node_label, gpu_samples,
+                                   series_from_families, snapshot_from_readings)
+from scoring.ingest.telemetry import GpuKind, GpuSample, PodRef, PodUsage
 from tests.conftest import FIXTURES
 
 NOW = datetime(2026, 11, 29, tzinfo=timezone.utc)
@@ -134,7 +134,7 @@ def test_gpus_are_ordered_numerically():
 
 
 def test_topology_labels_come_from_kube_state_metrics_node_labels():
-    from scoring.series import ksm_label_name
+    from scoring.ingest.series import ksm_label_name
 
     assert ksm_label_name("nvidia.com/gpu.clique") == "label_nvidia_com_gpu_clique"
     rows = aggregate_samples([GpuSample(node="n1", gpu="0", util_percent=1.0)])

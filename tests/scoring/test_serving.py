@@ -7,11 +7,11 @@ import pytest
 from descheduler.ledger import LedgerState
 from descheduler.plan import plan_evictions
 from scoring.heat import SLOW_SERVING, Tier, node_heat
+from scoring.ingest.series import Series
+from scoring.ingest.serving import (ServingReplica, SustainedServing, replicas_from_rows, serving_queries, target_for,
+                                    with_peers, workload_of_pod)
+from scoring.ingest.telemetry import NodeTelemetry
 from scoring.policy import HeatPolicy, PolicyError, ServingPolicy, ServingTarget, default_policy, parse_policy
-from scoring.serving import (ServingReplica, SustainedServing, replicas_from_rows, serving_queries, target_for,
-                             with_peers, workload_of_pod)
-from scoring.series import Series
-from scoring.telemetry import NodeTelemetry
 from tests.descheduler.helpers import NOW, cluster, fleet, node_obj, pod_obj, snapshot
 
 SERVING = ServingPolicy()

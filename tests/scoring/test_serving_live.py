@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 import pytest
 
 from scoring.heat import SLOW_SERVING, Tier, fleet_heat
+from scoring.ingest.prometheus import connect, read_serving_window, read_snapshot
 from scoring.policy import ServingTarget, default_policy
-from scoring.prometheus import connect, read_serving_window, read_snapshot
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.fleet import FleetSpec
 from sim.serving_text import SGLANG_BUCKETS, TGI_BUCKETS, VLLM_BUCKETS, ServedReplica, pod_info, render_serving
@@ -152,8 +152,8 @@ def test_on_an_llm_fleet_advice_follows_the_servers_load_where_the_duty_cycle_ca
     alone the two nodes look the same (equal scores: which comes first is a tie broken by name);
     with the servers' load figures the loaded node is warm, scores far lower, and the light one is
     advised first."""
-    from scoring.placement import advise, index_fleet
-    from scoring.telemetry import GpuSample, PodRef
+    from scoring.advice.placement import advise, index_fleet
+    from scoring.ingest.telemetry import GpuSample, PodRef
     from sim.dcgm_text import render_exposition
 
     load = {"light": (0.05, 6.0), "loaded": (0.92, 240.0)}
@@ -213,7 +213,7 @@ def test_real_model_servers_text_reads_into_load(prometheus):
     written, and its load follows. The loaded SGLang (162 running, 2,826 queued) has only 28 % of
     its KV cache in use: the batch, not the cache, says it is full."""
     from gpu_balancer.local_prometheus import ScrapeTarget
-    from scoring.telemetry import GpuSample, PodRef
+    from scoring.ingest.telemetry import GpuSample, PodRef
     from sim.dcgm_text import render_exposition
     from tests.conftest import FIXTURES
 

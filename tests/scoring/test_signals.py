@@ -10,10 +10,10 @@ import pytest
 
 from scoring import dcgm
 from scoring.heat import Tier, node_heat
+from scoring.ingest.prometheus import connect, run_queries
+from scoring.ingest.signals import registry
+from scoring.ingest.telemetry import NodeTelemetry
 from scoring.policy import HeatPolicy, default_policy
-from scoring.prometheus import connect, run_queries
-from scoring.signals import registry
-from scoring.telemetry import NodeTelemetry
 from sim.dcgm_text import render_exposition
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.fleet import FleetSpec, generate_fleet
@@ -23,12 +23,14 @@ SPEC = FleetSpec(nodes=4, gpus_per_node=4, profile="failing", seed=3)
 
 def samples():
     """The failing fleet (one node with XID 79), with clocks held down on some GPUs: by the
-    power cap on node 1's first three, by heat on node 2's first."""
+    power cap on node 1's first three, by heat on node 2's first; node 0's GPU 3 an outlier whose
+    clock under load is 1,320 MHz where its peers boost to 1,980; idle GPUs parked at 345."""
     found = []
     for s in generate_fleet(SPEC):
         index = int(s.gpu)
         reasons = 0x4 if s.node.endswith("01") and index < 3 else 0x20 if s.node.endswith("02") and index == 0 else 0
-        found.append(replace(s, clock_reasons=reasons))
+        clock = 345.0 if not s.util_percent else 1320.0 if s.node.endswith("00") and index == 3 else 1980.0
+        found.append(replace(s, clock_reasons=reasons, sm_clock_mhz=clock))
     return found
 
 

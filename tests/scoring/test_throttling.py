@@ -10,13 +10,14 @@ from datetime import datetime, timezone
 
 import pytest
 
-from scoring import dcgm, recording
+from scoring import dcgm
+from scoring.advice.placement import index_fleet
 from scoring.heat import Tier, fleet_heat, node_heat
-from scoring.placement import index_fleet
-from scoring.policy import HeatPolicy, default_policy
-from scoring.prometheus import connect, read_snapshot
-from scoring.series import aggregate_samples
-from scoring.telemetry import NodeTelemetry
+from scoring.ingest import recording
+from scoring.ingest.prometheus import connect, read_snapshot
+from scoring.ingest.series import aggregate_samples
+from scoring.ingest.telemetry import ClusterSnapshot, NodeTelemetry
+from scoring.policy import BalancerPolicy, HeatPolicy, default_policy
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.llm.exposition import dcgm_text, ticks
 from sim.policies import observed_samples
@@ -52,22 +53,29 @@ def power_capped_world():
     return placed(replace(SMALL, contention=replace(SMALL.contention, gpu_power_budget_share=0.2)), ticks_run=3)
 
 
-@pytest.mark.parametrize("recorded", [False, True])
-def test_a_power_capped_fleet_reads_hot_through_prometheus_and_the_pod_hears_why(prometheus, recorded):
-    world = power_capped_world()
-    text = dcgm_text(world, ticks(world) - 1)
+def read_through_prometheus(prometheus, text: str, *, recorded: bool, record: str, metric: str
+                            ) -> tuple[ClusterSnapshot, BalancerPolicy]:
+    """The snapshot a real Prometheus scraping `text` gives, raw or through the recording rules
+    (waiting for `record`, else for every series of `metric`), and the policy that read it."""
     server = make_server(text, port=0)
     serve_in_background(server)
     try:
         prom = prometheus(f"127.0.0.1:{server.server_port}", recorded=recorded)
         policy = replace(default_policy(), prometheus=replace(default_policy().prometheus, url=prom.url))
         if recorded:
-            prom.wait_for(recording.snapshot_record("power_capped"))
+            prom.wait_for(recording.snapshot_record(record))
         else:
-            prom.wait_for(dcgm.CLOCK_THROTTLE_REASONS, at_least=text.count(f"\n{dcgm.CLOCK_THROTTLE_REASONS}{{"))
-        snapshot = read_snapshot(connect(policy.prometheus), policy)
+            prom.wait_for(metric, at_least=text.count(f"\n{metric}{{"))
+        return read_snapshot(connect(policy.prometheus), policy), policy
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+def test_a_power_capped_fleet_reads_hot_through_prometheus_and_the_pod_hears_why(prometheus, recorded):
+    world = power_capped_world()
+    snapshot, policy = read_through_prometheus(prometheus, dcgm_text(world, ticks(world) - 1), recorded=recorded,
+                                               record="power_capped", metric=dcgm.CLOCK_THROTTLE_REASONS)
     # What the exporter served, counted here from the same tick: GPUs whose reasons carry the cap.
     samples = observed_samples(world, lag=0)
     expected = {s.node: 0 for s in samples}

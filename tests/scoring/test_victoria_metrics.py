@@ -11,9 +11,10 @@ import pytest
 
 from gpu_balancer.local_prometheus import ScrapeTarget
 from gpu_balancer.local_victoria import LocalVictoriaMetrics, LocalVmalert
-from scoring import dcgm, recording
+from scoring import dcgm
+from scoring.ingest import recording
+from scoring.ingest.prometheus import connect, read_snapshot, read_window
 from scoring.policy import default_policy
-from scoring.prometheus import connect, read_snapshot, read_window
 from sim.fleet import FleetSpec
 from tests.conftest import read_through, require_tool, rounded, rules_evaluated_every_second
 

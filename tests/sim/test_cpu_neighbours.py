@@ -12,7 +12,7 @@ from sim.engine import build_world
 from sim.llm import host
 from sim.policies import make_policy
 from sim.scenario import Conditions, CpuNeighbours, named, overridden
-from scoring.signals import host_cpu
+from scoring.ingest.signals import host_cpu
 from tests.sim.test_serving_world import SMALL, placed
 
 ISSUE_49460 = {"limit": 6, "visible_cores": 172, "itl_ms": ((7, 9), (68, 93)), "gpu_busy": (0.07, 0.12)}

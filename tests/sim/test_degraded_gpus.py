@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scoring import dcgm
-from scoring.signals.throttling import Throttling
+from scoring.ingest.signals.throttling import Throttling
 from sim.engine import bind, build_world, delete_pod, service_pod
 from sim.llm.exposition import dcgm_text, ticks
 from sim.llm.gpus import HW_SLOWDOWN, draw_conditions, lowest_free

@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 
 from descheduler.cluster import cluster_from_objects
-from scoring.claims import class_resource
+from scoring.cluster.claims import class_resource
 from scoring.policy import BalancerPolicy, PlacementPolicy, PolicyError, default_policy
 from sim.engine import bind, build_world, cluster_objects, service_pod
 from sim.explain import context_from_list, explain, nodes_from_list

@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 
 import yaml
 
+from scoring.ingest.series import aggregate_samples, build_snapshot
+from scoring.ingest.telemetry import GpuSample
 from scoring.policy import default_policy
-from scoring.series import aggregate_samples, build_snapshot
-from scoring.telemetry import GpuSample
 from sim.explain import as_table, explain, nodes_from_list
 
 NOW = datetime(2026, 11, 29, tzinfo=timezone.utc)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from scoring.images import MODEL_BYTES_ANNOTATION
+from scoring.cluster.images import MODEL_BYTES_ANNOTATION
 from scoring.policy import PolicyError
 from sim.engine import _scale, bind, build_world, delete_pod, service_pod
 from sim.llm.hardware import GIB, gpu_named, mig_slice, model_named

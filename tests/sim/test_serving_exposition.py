@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_balancer.local_prometheus import free_port
 from scoring import dcgm
+from scoring.ingest.prometheus import connect, read_snapshot
 from scoring.policy import default_policy
-from scoring.prometheus import connect, read_snapshot
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.llm.exposition import dcgm_text, serving_text, ticks
 from sim.llm.world import GPU_IDLE, SW_POWER_CAP

@@ -6,9 +6,9 @@ import math
 import time
 from dataclasses import replace
 
+from scoring.ingest.prometheus import connect, run_queries
+from scoring.ingest.serving import replicas_from_rows, serving_queries
 from scoring.policy import default_policy
-from scoring.prometheus import connect, run_queries
-from scoring.serving import replicas_from_rows, serving_queries
 from sim.engine import bind, build_world, measure, step_workloads
 from sim.fake_dcgm import make_server, serve_in_background
 from sim.fleet import FleetSpec

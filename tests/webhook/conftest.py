@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
+from scoring.cluster.view import Binding
 from scoring.policy import PlacementPolicy
-from scoring.view import Binding
 from tests.kube_api import KubeApi, serve
 from webhook.cluster_watch import ClusterWatch
 

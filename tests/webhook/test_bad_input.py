@@ -5,7 +5,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scoring.placement import index_fleet
+from scoring.advice.placement import index_fleet
 from scoring.policy import PlacementPolicy
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger
@@ -125,9 +125,9 @@ claim_status = st.one_of(json_values, st.fixed_dictionaries({"allocation": st.fi
 def test_any_dra_pod_and_any_claim_are_allowed_and_never_crash(refs, requests, status, with_view):
     """DRA input is untrusted too: the pod's claim references, the templates' and claims' specs
     and allocations, whatever their shape."""
-    from scoring.claims import book_from_objects, class_resource
-    from scoring.feasibility import NodeFacts
-    from scoring.view import ClusterView
+    from scoring.cluster.claims import book_from_objects, class_resource
+    from scoring.cluster.feasibility import NodeFacts
+    from scoring.cluster.view import ClusterView
 
     policy = PlacementPolicy()
     objects = [{"kind": "ResourceClaimTemplate", "metadata": {"name": "t", "namespace": "ml"},

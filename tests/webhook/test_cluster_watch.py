@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from scoring.view import BOOKING_ANNOTATION
+from scoring.cluster.view import BOOKING_ANNOTATION
 from tests.polling import wait_until
 from tests.webhook.conftest import POLICY
 
@@ -182,8 +182,8 @@ def test_advice_from_the_watched_view_names_only_the_pool_the_pod_selects(cluste
     import json
     from datetime import datetime, timedelta, timezone
 
+    from scoring.advice.placement import index_fleet
     from scoring.heat import FleetHeat, NodeHeat, Tier
-    from scoring.placement import index_fleet
     from webhook.admit import decide
     from webhook.ledger import SteeringLedger
     from webhook.review import decode_review, patched, pod_review
@@ -234,7 +234,7 @@ def test_without_api_access_the_app_stays_ready_and_says_so_on_metrics(cluster):
     from webhook.app import create_app
     from webhook.cache import SnapshotCache
     from webhook.refresh import telemetry_of
-    from scoring.telemetry import ClusterSnapshot, NodeTelemetry
+    from scoring.ingest.telemetry import ClusterSnapshot, NodeTelemetry
 
     api, start, _ = cluster
     api.forbidden = True
@@ -262,8 +262,8 @@ def test_the_view_keeps_of_a_pod_what_it_reads_and_reads_the_same_from_it():
     import copy
     import json
 
-    from scoring.claims import ClaimBook, pod_claims
-    from scoring.workloads import gpu_request
+    from scoring.cluster.claims import ClaimBook, pod_claims
+    from scoring.cluster.workloads import gpu_request
     from webhook.cluster_watch import slim
 
     served = {

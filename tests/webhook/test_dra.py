@@ -10,10 +10,10 @@ from datetime import datetime, timedelta, timezone
 import kubernetes_validate
 import pytest
 
-from scoring.claims import class_resource
+from scoring.advice.placement import index_fleet
+from scoring.cluster.claims import class_resource
+from scoring.cluster.view import BOOKING_ANNOTATION
 from scoring.heat import FleetHeat, NodeHeat, Tier
-from scoring.placement import index_fleet
-from scoring.view import BOOKING_ANNOTATION
 from tests.dra_objects import (CHANNEL_CLASS, MIG_CLASS, claim, dra_pod, exactly, first_available, gpu_slice,
                                template)
 from tests.polling import wait_until

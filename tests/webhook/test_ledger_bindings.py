@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from scoring.feasibility import NodeFacts, PodConstraints
-from scoring.placement import index_fleet
-from scoring.view import Binding, ClusterView
+from scoring.advice.placement import index_fleet
+from scoring.cluster.feasibility import NodeFacts, PodConstraints
+from scoring.cluster.view import Binding, ClusterView
 from tests.webhook.helpers import NOW, fleet, node
 from webhook.ledger import SteeringLedger
 

@@ -5,8 +5,8 @@ import copy
 import kubernetes_validate
 import pytest
 
+from scoring.advice.placement import NO_ADVICE, advise, index_fleet
 from scoring.heat import Tier
-from scoring.placement import NO_ADVICE, advise, index_fleet
 from scoring.policy import PlacementPolicy
 from webhook.admit import decide
 from webhook.ledger import SteeringLedger
@@ -106,6 +106,19 @@ def test_training_workers_pack_by_clique_then_block_then_zone_and_get_no_spread(
         (100, "nvidia.com/gpu.clique"), (50, "network.topology.kubernetes.io/block"), (25, "topology.kubernetes.io/zone")]
     assert all(t["podAffinityTerm"]["labelSelector"] == {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": "llm-pretrain"}}
                for t in terms)
+    assert "topologySpreadConstraints" not in mutated["spec"]
+
+
+def test_a_replica_served_across_nodes_packs_its_own_group_not_its_sibling_replicas():
+    # Llama-3.1-70B at TP 16 as a LeaderWorkerSet: leader and worker of group 1 share its group-key.
+    labels = {"leaderworkerset.sigs.k8s.io/name": "llama-70b", "leaderworkerset.sigs.k8s.io/group-index": "1",
+              "leaderworkerset.sigs.k8s.io/worker-index": "1",
+              "leaderworkerset.sigs.k8s.io/group-key": "3e238779391c8fd563d42eb5af19391bdcd7c130"}
+    _, mutated = admit(gpu_pod("8", labels=labels, owner="StatefulSet"))
+    terms = mutated["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert terms[0]["podAffinityTerm"]["topologyKey"] == "nvidia.com/gpu.clique"
+    assert all(t["podAffinityTerm"]["labelSelector"] == {"matchLabels": {
+        "leaderworkerset.sigs.k8s.io/group-key": "3e238779391c8fd563d42eb5af19391bdcd7c130"}} for t in terms)
     assert "topologySpreadConstraints" not in mutated["spec"]
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from scoring.cluster.workloads import BadQuantity, gpu_request, parse_quantity, training_group
 from scoring.policy import PlacementPolicy
-from scoring.workloads import BadQuantity, gpu_request, parse_quantity, training_group
 from webhook.pods import exemption, replica_selector
 from tests.webhook.helpers import gpu_pod
 
@@ -91,6 +91,12 @@ def test_an_ordinary_pod_is_not_exempt():
     ({"batch.kubernetes.io/job-name": "j", "batch.kubernetes.io/job-completion-index": "3"},
      ("batch.kubernetes.io/job-name", "j")),
     ({"batch.kubernetes.io/job-name": "plain-job"}, None),
+    # One LeaderWorkerSet replica (leader and workers) is a group; its other replicas are not in it.
+    ({"leaderworkerset.sigs.k8s.io/name": "llama-70b", "leaderworkerset.sigs.k8s.io/group-index": "1",
+      "leaderworkerset.sigs.k8s.io/group-key": "3e238779391c8fd563d42eb5af19391bdcd7c130"},
+     ("leaderworkerset.sigs.k8s.io/group-key", "3e238779391c8fd563d42eb5af19391bdcd7c130")),
+    ({"llm-d.ai/role": "prefill", "gpu-balancer.io/serving-group": "llama-70b-pd-0"},
+     ("gpu-balancer.io/serving-group", "llama-70b-pd-0")),
     ({"app": "web"}, None),
 ])
 def test_training_groups_are_recognised_by_label(labels, expected):

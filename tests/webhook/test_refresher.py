@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 import pytest
 
 from scoring import dcgm
+from scoring.ingest.prometheus import TelemetryError, connect, read_snapshot
 from scoring.policy import default_policy
-from scoring.prometheus import TelemetryError, connect, read_snapshot
 from sim.fleet import FleetSpec
 from webhook.refresh import assess
 from webhook.refresher import ChildProcessReader

@@ -20,9 +20,9 @@ from cryptography import x509
 
 from certs.issue import issue_ca, issue_serving
 from scoring import dcgm
+from scoring.ingest.prometheus import TelemetryError
+from scoring.ingest.telemetry import ClusterSnapshot
 from scoring.policy import default_policy
-from scoring.prometheus import TelemetryError
-from scoring.telemetry import ClusterSnapshot
 from sim.fleet import FleetSpec
 from webhook.app import create_app
 from webhook.cache import SnapshotCache

@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scoring.node_selectors import NodeSelectorTerm, selector_terms
+from scoring.cluster.node_selectors import NodeSelectorTerm, selector_terms
+from scoring.cluster.objects import MAX_GPUS, as_dict, as_list
 from scoring.policy import GpuDeviceClass, PlacementPolicy
-from scoring.objects import MAX_GPUS, as_dict, as_list
 
 DEVICE_CLASS_PREFIX = "deviceclass/"
 

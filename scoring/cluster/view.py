@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 
-from scoring.claims import EMPTY_BOOK, ClaimBook
-from scoring.feasibility import NodeFacts
-from scoring.holdings import free_units
+from scoring.cluster.claims import EMPTY_BOOK, ClaimBook
+from scoring.cluster.feasibility import NodeFacts
+from scoring.cluster.holdings import free_units
 
 _EMPTY: Mapping[str, int] = {}
 

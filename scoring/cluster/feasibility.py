@@ -14,12 +14,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scoring.claims import PodClaims, class_of
-from scoring.images import node_images
-from scoring.node_selectors import NodeSelectorTerm, selector_terms
+from scoring.cluster.claims import PodClaims, class_of
+from scoring.cluster.images import node_images
+from scoring.cluster.node_selectors import NodeSelectorTerm, selector_terms
+from scoring.cluster.workloads import (BadQuantity, GpuRequest, as_dict, as_list, gpu_request, is_gpu_resource,
+                                       parse_quantity)
 from scoring.policy import PlacementPolicy
-from scoring.workloads import (BadQuantity, GpuRequest, as_dict, as_list, gpu_request, is_gpu_resource,
-                               parse_quantity)
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 FILTERED_EFFECTS = ("NoSchedule", "NoExecute")
@@ -61,7 +61,7 @@ class NodeFacts:
     allocatable: Mapping[str, int] = field(default_factory=dict, hash=False, compare=False)
     """Whole units of every GPU resource the node offers (MIG profiles, shared GPUs included)."""
     images: Mapping[str, int] = field(default_factory=dict, hash=False, compare=False)
-    """The large images the node holds (`scoring.images.node_images`), by normal name, in bytes."""
+    """The large images the node holds (`scoring.cluster.images.node_images`), by normal name, in bytes."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from scoring import dcgm, memory
-from scoring.signals import registry as signals
-from scoring.rows import Series
-from scoring.telemetry import (ClusterSnapshot, Framebuffer, GpuKind, GpuSample, NodeTelemetry, PodRef, PodUsage,
-                               natural_key as _natural, unit_id)
+from scoring import dcgm
+from scoring.ingest import memory
+from scoring.ingest.rows import Series
+from scoring.ingest.signals import registry as signals
+from scoring.ingest.telemetry import (ClusterSnapshot, Framebuffer, GpuKind, GpuSample, NodeTelemetry, PodRef, PodUsage,
+                                      natural_key as _natural, unit_id)
 
 
 Readings = Mapping[str, Sequence[Series]]
@@ -32,7 +33,7 @@ gpu_busy (another profiling ratio), the policy's `BusyMeasure` saying which wins
 fb_counts (how many series of each framebuffer gauge, by `__name__`), temperature_max; xids (last
 XID by node, gpu and GPU_I_ID, non-zero). From the recording rules, node_units (with node_util_sum,
 node_util_max, mig_parents, pod_units) stands in for the per-unit rows and fb_unknown for
-fb_counts (`scoring.queries.replacement_records`)."""
+fb_counts (`scoring.ingest.queries.replacement_records`)."""
 
 SUMMED = {dcgm.FB_USED: "fb_used", dcgm.FB_FREE: "fb_free", dcgm.POWER_USAGE: "power"}
 """Per-node sums, read from the `sums` rows by metric name."""
@@ -226,7 +227,7 @@ def build_snapshot(
 def _memory(aggregates: Aggregates, node_of, sums: Mapping[str, Mapping[str, float]],
             recorded: bool) -> tuple[set[str], dict[str, Framebuffer]]:
     """The nodes whose memory is known — every GPU reporting FB_USED also reports FB_FREE — and
-    the framebuffer of their placeable units, where the rows say (`scoring.memory`)."""
+    the framebuffer of their placeable units, where the rows say (`scoring.ingest.memory`)."""
     if recorded:  # the rules name only the nodes where fewer do
         unknown = {node_of(row) for row in aggregates.get("fb_unknown", ())}
         known = {node for node, figures in sums.items() if "fb_used" in figures} - unknown
@@ -404,6 +405,7 @@ def _samples(readings: Readings, node_label: str, busy: dcgm.BusyMeasure
             power_w=values[dcgm.POWER_USAGE].get(key),
             last_xid=_as_xid(values[dcgm.XID_ERRORS].get(key)),
             clock_reasons=_as_reasons(values[dcgm.CLOCK_THROTTLE_REASONS].get(key)),
+            sm_clock_mhz=values[dcgm.SM_CLOCK].get(key),
             pod=allocated_to.get(key),
             mig_profile=labels.get("GPU_I_PROFILE", ""),
             mig_instance=labels.get("GPU_I_ID", ""),

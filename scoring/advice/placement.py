@@ -14,10 +14,10 @@ import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from scoring.signals import registry as signals
+from scoring.cluster.view import ClusterView
 from scoring.heat import FleetHeat, NodeHeat, Tier
+from scoring.ingest.signals import registry as signals
 from scoring.policy import PlacementPolicy
-from scoring.view import ClusterView
 
 _TIER_FACTOR = {Tier.COOL: 1.0, Tier.WARM: 0.5}
 """Warm nodes are preferred only after cool ones: half the headroom score."""
@@ -78,7 +78,7 @@ def base_headroom(node: NodeHeat) -> float:
         return 0.0
     idle_cycles = 1.0 - node.gpu_util / 100.0
     # Unknown memory ranks on cycles alone rather than as full; so does a node whose every GPU is
-    # one pod's (its memory is no room for anyone: `scoring.memory`).
+    # one pod's (its memory is no room for anyone: `scoring.ingest.memory`).
     memory_room = 1.0 - (node.memory_room_used or 0.0) / 2.0
     return factor * (0.25 + 0.75 * idle_cycles) * memory_room
 
@@ -115,7 +115,7 @@ class PlacementIndex:
     """Node → (topology label, value), tightest domain first, where telemetry knows them."""
     queueing: frozenset[tuple[str, str]] = frozenset()
     """(namespace, workload) of the services whose replicas are over their serving target
-    (`scoring.serving.queueing_workloads`): their new replicas are urgent."""
+    (`scoring.ingest.serving.queueing_workloads`): their new replicas are urgent."""
 
 
 def index_fleet(fleet: FleetHeat, topology: Mapping[str, tuple[tuple[str, str], ...]] | None = None,

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from scoring.objects import as_dict, as_list
+from scoring.cluster.objects import as_dict, as_list
 
 IMAGE_BYTES_ANNOTATION = "gpu-balancer.io/image-bytes"
 """Bytes of the pod's container image, where its owner says: a new node pulls them first."""

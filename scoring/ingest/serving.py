@@ -4,7 +4,8 @@ Each supported server (vLLM, SGLang, TGI, Triton) is described by the metric nam
 (`ServingServer`); the queries here read, per serving pod, its queue depth now and a latency figure
 over a short window, and find each pod's node from the series' own node label or, failing that,
 kube-state-metrics' `kube_pod_info`. `replicas_from_rows` turns the answers into `ServingReplica`s
-(`scoring.telemetry`) carrying the target that applies to them, which is all the heat model and the descheduler need.
+(`scoring.ingest.telemetry`) carrying the target that applies to them, which is all the heat model
+and the descheduler need.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from statistics import median
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from scoring.ingest.rows import Series, selector
+from scoring.ingest.series import ksm_label_name
+from scoring.ingest.telemetry import ClusterSnapshot, ServingReplica, pressure_of
 from scoring.policy import ServingPolicy, ServingServer, ServingTarget
-from scoring.rows import Series, selector
-from scoring.series import ksm_label_name
-from scoring.telemetry import ClusterSnapshot, ServingReplica, pressure_of
 
 NODE_LABELS = ("node", "kubernetes_node", "nodename")
 """Where a serving series may carry its pod's node (a PodMonitor relabelling

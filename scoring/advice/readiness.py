@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scoring.feasibility import NodeFacts
-from scoring.images import (IMAGE_BYTES_ANNOTATION, MODEL_ANNOTATION, MODEL_BYTES_ANNOTATION, annotated_bytes,
-                            caches_model, pod_images)
-from scoring.objects import as_dict
+from scoring.cluster.feasibility import NodeFacts
+from scoring.cluster.images import (IMAGE_BYTES_ANNOTATION, MODEL_ANNOTATION, MODEL_BYTES_ANNOTATION, annotated_bytes,
+                                    caches_model, pod_images)
+from scoring.cluster.objects import as_dict
 from scoring.policy import BalancerPolicy, DeschedulerPolicy, PlacementPolicy
 
 

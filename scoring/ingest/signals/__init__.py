@@ -5,5 +5,5 @@ A new signal is one module (a `NodeSignal`, `signals.base`) and one line in `reg
 queries join every snapshot refresh (and the recording rules, which record them as they are),
 its rows are read into the node's telemetry, its verdicts join the node's heat. Utilisation and
 memory, read per unit and replaced by per-node records at scale, and the serving signal, joined to
-pods through kube-state-metrics, keep their own paths (`scoring.queries`, `scoring.serving`).
+pods through kube-state-metrics, keep their own paths (`scoring.ingest.queries`, `scoring.ingest.serving`).
 """

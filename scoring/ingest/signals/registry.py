@@ -5,16 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from scoring.ingest.rows import Series
+from scoring.ingest.signals import degraded, health, host_cpu, temperature, throttling
+from scoring.ingest.signals.base import NodeOf, NodeSignal, Rows
+from scoring.ingest.telemetry import GpuSample, NodeTelemetry
 from scoring.plugins import Registration, build_all
 from scoring.policy import HeatPolicy
-from scoring.rows import Series
-from scoring.signals import health, host_cpu, temperature, throttling
-from scoring.signals.base import NodeOf, NodeSignal, Rows
-from scoring.telemetry import GpuSample, NodeTelemetry
 from scoring.tiers import Verdict
 
 REGISTERED: dict[str, Registration[NodeSignal]] = {r.name: r for r in (
-    temperature.REGISTRATION, throttling.REGISTRATION, health.REGISTRATION, host_cpu.REGISTRATION)}
+    temperature.REGISTRATION, throttling.REGISTRATION, health.REGISTRATION, host_cpu.REGISTRATION,
+    degraded.REGISTRATION)}
 SIGNALS: tuple[NodeSignal, ...] = tuple(r.build(r.args()) for r in REGISTERED.values())
 """Every signal with its default arguments: what reading rows and explaining reasons use (a signal
 the policy turned off has no rows and gives no reasons)."""

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from scoring import dcgm
+from scoring.ingest.rows import Series, selector
+from scoring.ingest.signals.base import BY_UNIT, NodeOf, Rows
+from scoring.ingest.telemetry import GpuSample, NodeTelemetry, natural_key, unit_id
 from scoring.plugins import NoArgs, Registration
 from scoring.policy import HeatPolicy
-from scoring.rows import Series, selector
-from scoring.signals.base import BY_UNIT, NodeOf, Rows
-from scoring.telemetry import GpuSample, NodeTelemetry, natural_key, unit_id
 from scoring.tiers import Tier, Verdict
 
 

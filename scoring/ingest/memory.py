@@ -12,9 +12,9 @@ series per pod) it is what the next replica's KV cache must fit beside.
 dcgm-exporter names one pod per time-sliced GPU by default (its issues #151, #307; a copy per
 replica only with `KUBERNETES_VIRTUAL_GPUS`), so where kube-state-metrics shows more GPUs
 allocatable than report, the node's GPUs count as shared and its whole framebuffer stands
-(`scoring.series.build_snapshot`).
+(`scoring.ingest.series.build_snapshot`).
 
-Prometheus sums it per node (`scoring.queries.placeable_memory_queries`, recorded as it is); the
+Prometheus sums it per node (`scoring.ingest.queries.placeable_memory_queries`, recorded as it is); the
 simulator and `explain` sum their samples by the same rule (`placeable_rows`).
 """
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from scoring.rows import Series
-from scoring.telemetry import Framebuffer, GpuSample
+from scoring.ingest.rows import Series
+from scoring.ingest.telemetry import Framebuffer, GpuSample
 
 
 def placeable_per_node(used: Iterable[Series], free: Iterable[Series], node_of: Callable[[Series], str],

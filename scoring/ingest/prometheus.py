@@ -1,5 +1,5 @@
 """The Prometheus adapter: the one module of `scoring` that does I/O (HTTP queries to Prometheus);
-the queries it sends are built in `scoring.queries`.
+the queries it sends are built in `scoring.ingest.queries`.
 
 Errors, all `TelemetryError`:
     TelemetryError
@@ -25,13 +25,13 @@ from prometheus_api_client import PrometheusConnect
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from scoring import recording, serving
 from scoring.errors import TelemetryError
+from scoring.ingest import recording, serving
+from scoring.ingest.queries import (RECORDED_INSTEAD, REPLACEMENT_ROWS, snapshot_queries, throttle_window_queries,
+                                    topology_keys, window_queries)
+from scoring.ingest.series import SUMMED, Series, build_snapshot, detect_node_label
+from scoring.ingest.telemetry import ClusterSnapshot, WindowStats
 from scoring.policy import BalancerPolicy, PrometheusConnection
-from scoring.queries import (RECORDED_INSTEAD, REPLACEMENT_ROWS, snapshot_queries, throttle_window_queries,
-                             topology_keys, window_queries)
-from scoring.series import SUMMED, Series, build_snapshot, detect_node_label
-from scoring.telemetry import ClusterSnapshot, WindowStats
 
 
 class PrometheusUnreachable(TelemetryError):

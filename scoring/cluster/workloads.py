@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from scoring.objects import MAX_GPUS, as_dict, as_list
+from scoring.cluster.objects import MAX_GPUS, as_dict, as_list
 from scoring.policy import PlacementPolicy
 
 if TYPE_CHECKING:
-    from scoring.claims import PodClaims
+    from scoring.cluster.claims import PodClaims
 
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
 _SUFFIX = {None: 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
@@ -68,7 +68,7 @@ class GpuRequest:
     """(resource, units needed on one node) for every GPU resource asked for in a positive amount,
     counted as the scheduler counts them (`gpu_request`); DRA devices as `deviceclass/<class>`."""
     claims: PodClaims | None = None
-    """What its ResourceClaims ask for, when it names any GPU claim (`scoring.claims`)."""
+    """What its ResourceClaims ask for, when it names any GPU claim (`scoring.cluster.claims`)."""
 
     def expected_units(self) -> tuple[tuple[str, int], ...]:
         """The units it will most likely take on its node: `units`, one device of each class it
@@ -106,7 +106,7 @@ def _container_gpus(container: object, patterns: tuple[str, ...]) -> dict[str, D
 
 def gpu_request(pod: dict[str, Any], policy: PlacementPolicy, claims: PodClaims | None = None) -> GpuRequest | None:
     """The pod's GPU needs, or None when it asks for no GPU resource and no GPU claim. Raises
-    `BadQuantity`. `claims` is the pod's resolved ResourceClaims (`scoring.claims.pod_claims`).
+    `BadQuantity`. `claims` is the pod's resolved ResourceClaims (`scoring.cluster.claims.pod_claims`).
 
     Counted as the scheduler counts a pod: app containers summed, sidecars (init containers with
     `restartPolicy: Always`) added to them and to every later init container, and each ordinary

@@ -1,16 +1,16 @@
 """The PromQL gpu-balancer asks Prometheus: what a snapshot, its recording rules and the
-descheduler's windows are made of. Builders only: pure, no I/O (`scoring.prometheus` sends them)."""
+descheduler's windows are made of. Builders only: pure, no I/O (`scoring.ingest.prometheus` sends them)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
 from scoring import dcgm
-from scoring.signals import registry as signals
-from scoring.signals.base import BY_NODE as _NODE, BY_UNIT
+from scoring.ingest.rows import selector
+from scoring.ingest.series import EXPORTER_HINTS, ksm_label_name
+from scoring.ingest.signals import registry as signals
+from scoring.ingest.signals.base import BY_NODE as _NODE, BY_UNIT
 from scoring.policy import BalancerPolicy, HeatPolicy
-from scoring.rows import selector
-from scoring.series import EXPORTER_HINTS, ksm_label_name
 
 _WORKLOAD = ("exported_pod, exported_namespace, exported_container, pod, namespace, container, job, service, "
              "dra_claim_name")
@@ -25,7 +25,7 @@ def utilisation_selector(matchers: str, *extra: str) -> str:
 
 def snapshot_queries(matchers: str, *, lookback_seconds: float, busy: dcgm.BusyMeasure,
                      topology_keys: Sequence[str] = (), heat: HeatPolicy = HeatPolicy()) -> dict[str, str]:
-    """Every instant query a snapshot needs, by the row-set name `scoring.series` reads.
+    """Every instant query a snapshot needs, by the row-set name `scoring.ingest.series` reads.
 
     Each DCGM gauge is scanned once: Prometheus aggregates per node where the figure is a sum or a
     maximum, and returns one short row per unit only for utilisation, which the builder needs per
@@ -98,7 +98,7 @@ def replacement_records(matchers: str, *, busy: dcgm.BusyMeasure, recorded: Call
     per node the utilisation's sum and maximum, and per node the MIG parents (which still count
     as reporting, for vanished GPUs). Only units whose series name a pod come per unit
     (`pod_units`), because which pod is a workload is decided from labels in Python
-    (`scoring.series.classify_workloads`): a bare `pod` only where no series has `exported_pod`,
+    (`scoring.ingest.series.classify_workloads`): a bare `pod` only where no series has `exported_pod`,
     and never the exporter's own by name (the rest of that test needs two labels compared).
     `fb_unknown` names only the nodes where some GPU reports one framebuffer gauge without the
     other (their memory is unknown), in place of both counts for every node.
@@ -133,7 +133,7 @@ def replacement_records(matchers: str, *, busy: dcgm.BusyMeasure, recorded: Call
 
 def placeable_memory_queries(matchers: str) -> dict[str, str]:
     """FB_USED and FB_FREE summed per node over the GPUs a new pod could take or share
-    (`scoring.memory`): every GPU but those whose series name exactly one workload pod — an
+    (`scoring.ingest.memory`): every GPU but those whose series name exactly one workload pod — an
     `exported_pod`, or a bare `pod` that is not the exporter's own where no series has
     `exported_pod` (the rule `pod_units` records). A few rows per node, so the recording rules
     record it as it is."""

@@ -1,9 +1,9 @@
 """Prometheus recording rules for what every refresh and descheduler run asks, generated from the
 policy so that the recorded series equal the raw queries' answers. Pure, no I/O.
 
-Each per-node snapshot query (`scoring.queries.snapshot_queries`) is recorded under
+Each per-node snapshot query (`scoring.ingest.queries.snapshot_queries`) is recorded under
 `gpu_balancer:snapshot_<name>`; the per-unit ones are replaced by per-node records and per-unit
-rows only for units that name a pod (`scoring.queries.replacement_records`), so a refresh fetches a
+rows only for units that name a pod (`scoring.ingest.queries.replacement_records`), so a refresh fetches a
 few rows per node instead of one per GPU. The per-node utilisation the descheduler's window reads is under
 `gpu_balancer:node_util` (evaluated every `descheduler.stepSeconds`, so the window counts the same
 steps). The series selector, the utilisation gauge and the look-backs are baked into the rules, so
@@ -16,9 +16,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from scoring.ingest.queries import RECORDED_INSTEAD, per_node_util, replacement_records, snapshot_queries
+from scoring.ingest.rows import selector
 from scoring.policy import BalancerPolicy
-from scoring.queries import RECORDED_INSTEAD, per_node_util, replacement_records, snapshot_queries
-from scoring.rows import selector
 
 PREFIX = "gpu_balancer:"
 FINGERPRINT_LABEL = "gpu_balancer_rules"

@@ -4,7 +4,7 @@ value one GPU's series, as dcgm-exporter does. Pure, no I/O."""
 from __future__ import annotations
 
 from scoring import dcgm
-from scoring.telemetry import GpuSample
+from scoring.ingest.telemetry import GpuSample
 
 
 def exporter_labels(sample: GpuSample, hostname_label: str = "Hostname") -> list[tuple[str, str]]:
@@ -30,4 +30,6 @@ def exporter_values(sample: GpuSample, profiling: bool) -> dict[str, float | Non
         values[dcgm.GR_ENGINE_ACTIVE] = None if sample.util_percent is None else sample.util_percent / 100
     if sample.clock_reasons is not None:
         values[dcgm.CLOCK_THROTTLE_REASONS] = sample.clock_reasons
+    if sample.sm_clock_mhz is not None:
+        values[dcgm.SM_CLOCK] = sample.sm_clock_mhz
     return values

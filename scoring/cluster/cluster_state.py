@@ -3,7 +3,7 @@ ResourceSlices, ResourceClaims and ResourceClaimTemplates, reduced to what place
 frozen into a `ClusterView` on demand. Pure, no I/O: the webhook's watch (`webhook.cluster_watch`)
 feeds it what its list/watch hands over; anything else that holds the objects can feed it too.
 
-Pods count by `scoring.holdings`' rule; each pod seen bound is handed to `on_binding` (recent
+Pods count by `scoring.cluster.holdings`' rule; each pod seen bound is handed to `on_binding` (recent
 bindings only when a full list replaces the pods: a pod bound long ago shows in telemetry
 already), and each pod seen gone to `on_release`.
 """
@@ -15,15 +15,15 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from scoring.claims import (ClaimBook, ClaimNeed, DeviceInventory, HeldDevices, PublishedSlice, allocated_devices,
-                            inventory_from_slices, pod_claims, published_slice, resource_claim_need,
-                            template_need)
-from scoring.feasibility import NodeFacts, node_facts
-from scoring.holdings import holds_units, pod_units
-from scoring.objects import as_dict, as_list
+from scoring.cluster.claims import (ClaimBook, ClaimNeed, DeviceInventory, HeldDevices, PublishedSlice,
+                                    allocated_devices, inventory_from_slices, pod_claims, published_slice,
+                                    resource_claim_need, template_need)
+from scoring.cluster.feasibility import NodeFacts, node_facts
+from scoring.cluster.holdings import holds_units, pod_units
+from scoring.cluster.objects import as_dict, as_list
+from scoring.cluster.view import BOOKING_ANNOTATION, Binding, ClusterView, node_with_devices
+from scoring.cluster.workloads import BadQuantity, gpu_request
 from scoring.policy import PlacementPolicy
-from scoring.view import BOOKING_ANNOTATION, Binding, ClusterView, node_with_devices
-from scoring.workloads import BadQuantity, gpu_request
 
 LISTED = {"ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
           "ResourceClaimTemplate": "resourceclaimtemplates", "Node": "nodes", "Pod": "pods"}

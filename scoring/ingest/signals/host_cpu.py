@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from scoring import dcgm
+from scoring.ingest.rows import Series
+from scoring.ingest.signals.base import NodeOf, Rows
+from scoring.ingest.telemetry import GpuSample, NodeTelemetry
 from scoring.plugins import Registration
 from scoring.policy import HeatPolicy
-from scoring.rows import Series
-from scoring.signals.base import NodeOf, Rows
-from scoring.telemetry import GpuSample, NodeTelemetry
 from scoring.tiers import Tier, Verdict
 
 NAME = "host_cpu"

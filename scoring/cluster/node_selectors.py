@@ -1,7 +1,7 @@
 """Node selectors as the scheduler reads them: requirements and ORed terms. Pure, no I/O.
 
-Shared by a pod's required node affinity (`scoring.feasibility`) and a ResourceClaim's allocation,
-which pins the claim's pods to the nodes that hold its devices (`scoring.claims`).
+Shared by a pod's required node affinity (`scoring.cluster.feasibility`) and a ResourceClaim's allocation,
+which pins the claim's pods to the nodes that hold its devices (`scoring.cluster.claims`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scoring.objects import as_dict, as_list
+from scoring.cluster.objects import as_dict, as_list
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from scoring.claims import class_of
+from scoring.cluster.claims import class_of
 
 Units = tuple[tuple[str, int], ...]
 

@@ -31,7 +31,7 @@ class PodRef:
 
 @dataclass(frozen=True, slots=True)
 class Framebuffer:
-    """MiB used and total over the GPUs of a node a new pod could take or share (`scoring.memory`);
+    """MiB used and total over the GPUs of a node a new pod could take or share (`scoring.ingest.memory`);
     total 0 where every GPU is one pod's."""
 
     used_mib: float
@@ -59,6 +59,8 @@ class GpuSample:
     clock_reasons: int | None = None
     """`DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`, NVML's bitmask of why the clocks are where they are;
     None where the exporter does not export it (it is not in dcgm-exporter's default counters)."""
+    sm_clock_mhz: float | None = None
+    """`DCGM_FI_DEV_SM_CLOCK` (in dcgm-exporter's default counters); None where it is not exported."""
     pod: PodRef | None = None
     mig_profile: str = ""
     mig_instance: str = ""
@@ -165,7 +167,7 @@ class GpuKind:
 
 @dataclass(frozen=True, slots=True)
 class NodeTelemetry:
-    """One node's GPUs, aggregated. Prometheus computes these sums at scale; `scoring.series`
+    """One node's GPUs, aggregated. Prometheus computes these sums at scale; `scoring.ingest.series`
     computes the same from per-GPU samples."""
 
     name: str
@@ -202,11 +204,11 @@ class NodeTelemetry:
     """GPUs whose clocks heat holds down now (SW or HW thermal slowdown, or HW slowdown, which
     fires for heat as well as for an external power brake)."""
     placeable_fb: Framebuffer | None = None
-    """Framebuffer over the GPUs a new pod could take or share (`scoring.memory`); None where the
+    """Framebuffer over the GPUs a new pod could take or share (`scoring.ingest.memory`); None where the
     exporters' figures do not say which GPUs pods hold, and the whole node's figures stand in."""
     readings: tuple[tuple[str, float], ...] = ()
     """(name, value) of every reading a signal keeps by name rather than in a field of its own
-    (`scoring.signals`), sorted by name."""
+    (`scoring.ingest.signals`), sorted by name."""
 
     def reading(self, name: str) -> float | None:
         """A signal's reading by name; None where its exporter reported nothing for the node."""
@@ -247,7 +249,7 @@ class ClusterSnapshot:
     newest_sample_at: datetime | None = None
     warnings: tuple[str, ...] = ()
     source: str = "raw queries"
-    """How Prometheus was read: "raw queries" or "recording rules" (`scoring.recording`)."""
+    """How Prometheus was read: "raw queries" or "recording rules" (`scoring.ingest.recording`)."""
 
     @cached_property
     def by_name(self) -> dict[str, NodeTelemetry]:

@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from scoring import dcgm
+from scoring.ingest.rows import Series
+from scoring.ingest.telemetry import GpuSample, NodeTelemetry
 from scoring.policy import HeatPolicy
-from scoring.rows import Series
-from scoring.telemetry import GpuSample, NodeTelemetry
 from scoring.tiers import Verdict
 
 BY_NODE = ", ".join(dcgm.NODE_LABEL_CANDIDATES)
@@ -23,7 +23,7 @@ NodeOf = Callable[[Series], str]
 
 class NodeSignal(Protocol):
     """One signal, end to end. Its queries must answer a few rows per node (or per unit with a
-    problem), so the recording rules record them as they are (`scoring.recording`)."""
+    problem), so the recording rules record them as they are (`scoring.ingest.recording`)."""
 
     name: str
     exporters: tuple[str, ...]

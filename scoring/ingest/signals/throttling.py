@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from scoring import dcgm
+from scoring.ingest.rows import Series, selector
+from scoring.ingest.signals.base import BY_NODE, BY_UNIT, NodeOf, Rows
+from scoring.ingest.telemetry import GpuSample, NodeTelemetry
 from scoring.plugins import NoArgs, Registration
 from scoring.policy import HeatPolicy
-from scoring.rows import Series, selector
-from scoring.signals.base import BY_NODE, BY_UNIT, NodeOf, Rows
-from scoring.telemetry import GpuSample, NodeTelemetry
 from scoring.tiers import Tier, Verdict
 
 PREFIX = "throttled"

@@ -1,0 +1,77 @@
+"""The degraded strategy: a pod on a GPU whose clock under load sits well under its model's median
+(`scoring.ingest.signals.degraded`) serves every step slower than its peers; it moves where the
+payback rule, priced on the share of its service the slow clock costs, says the move pays. Pure,
+no I/O.
+
+The share a move recovers is 1 − the GPU's clock over its peers' median (a step stretches as the
+clock falls: the assumption the serving world's degraded GPUs make too). Judged now, not over a
+window: an outlier GPU stays slow, and a hardware slowdown short enough not to pay is priced by
+the same rule's horizon. A slow replica still serves; evicting it serves nothing until its
+replacement is ready, so it stays where its workload's other replicas could not take its traffic
+meanwhile (the serving strategy's rule, `would_overload_peers`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from descheduler.proposals import Skip
+from descheduler.strategies.base import Candidate, PlanInputs, Source
+from descheduler.strategies.serving import would_overload_peers
+from scoring.heat import FleetHeat
+from scoring.ingest.serving import ServingReplica
+from scoring.ingest.signals.degraded import NAME, degraded_gpus
+from scoring.plugins import NoArgs, Registration
+
+
+class Degraded:
+    name = NAME
+
+    def windows(self, fleet: FleetHeat) -> tuple[str, ...]:
+        return ()
+
+    def sources(self, inputs: PlanInputs, taken: set[str]) -> list[Source]:
+        """Nodes with a workload pod on a degraded GPU, the slowest GPU first."""
+        found = []
+        for name, node in inputs.snapshot.by_name.items():
+            if name in taken or not (slow := degraded_gpus(node)):
+                continue
+            lost = {unit: 1.0 - clock / peers for unit, clock, peers in slow if peers > 0}
+            on_slow = {(p.namespace, p.name): max(lost.get(g, 0.0) for g in p.gpu_ids) for p in node.pods
+                       if lost.keys() & set(p.gpu_ids)}
+            if on_slow:
+                said = ", ".join(f"GPU {unit} at {clock:,.0f} of {peers:,.0f} MHz" for unit, clock, peers in slow)
+                replicas = {(r.namespace, r.pod): r for r in node.serving}
+                found.append((max(on_slow.values()), name, Source(
+                    name, f"degraded: {said} under load", float(len(on_slow)),
+                    _on_slow_gpus(on_slow, replicas, inputs.running),
+                    sheds=lambda share: 1.0, recovers=lambda pod, on_slow=on_slow: on_slow[pod.namespace, pod.name])))
+        found.sort(key=lambda item: (-item[0], item[1]))
+        return [source for *_, source in found]
+
+    def notes(self, inputs: PlanInputs, sources: set[str]) -> list[str]:
+        """Degraded GPUs no workload pod is named on: the next pod given one will be slow there."""
+        return [f"{name} has a degraded GPU ({', '.join(f'GPU {u}' for u, *_ in degraded_gpus(node))}) and no "
+                "workload pod on it to move" for name, node in sorted(inputs.snapshot.by_name.items())
+                if degraded_gpus(node) and name not in sources]
+
+
+def _on_slow_gpus(on_slow: dict[tuple[str, str], float], replicas: dict[tuple[str, str], ServingReplica],
+                  running: Counter):
+    """The candidates on a degraded GPU, the slowest first; a serving replica whose peers could not
+    take its traffic until its replacement serves is skipped, with the reason."""
+    def order(candidates: list[Candidate], skipped: list[Skip]) -> list[Candidate]:
+        chosen = []
+        for pod, share in candidates:
+            if (key := (pod.namespace, pod.name)) not in on_slow:
+                continue
+            if (replica := replicas.get(key)) and (why := would_overload_peers(replica, running[pod.workload])):
+                skipped.append(Skip(pod.namespace, pod.name, why))
+            else:
+                chosen.append((pod, share))
+        return sorted(chosen, key=lambda c: (-on_slow[c[0].namespace, c[0].name], c[0].namespace, c[0].name))
+    return order
+
+
+REGISTRATION = Registration(NAME, NoArgs, lambda args: Degraded(), on_by_default=False)
+"""Opt-in: in the serving world its moves cost more than they recovered (BENCHMARKS, "Degraded
+GPUs"): a replacement may be given another degraded GPU nobody holds, which no signal sees idle."""

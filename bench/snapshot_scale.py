@@ -42,7 +42,8 @@ from scoring.ingest.queries import topology_keys
 from scoring.ingest.recording import NODE_UTIL, recording_rules, snapshot_record
 from scoring.ingest.serving import serving_queries
 from scoring.ingest.telemetry import ClusterSnapshot
-from scoring.policy import default_policy
+from scoring.ingest.signals.registry import REGISTERED as SIGNALS
+from scoring.policy import PluginChoice, default_policy
 
 
 def start_exporters(nodes: int, gpus: int, exporters: int) -> tuple[list[subprocess.Popen], list[str]]:
@@ -185,6 +186,11 @@ def main() -> None:
         # The same refresh without the serving signal's queries (this fleet exports no serving series).
         without = replace(policy, serving=replace(policy.serving, enabled=False))
         plain_timings, _, _ = timed_refreshes(query, without, args.repeats, source)
+        # And without the degraded-GPU signal, whose queries scan every GPU's clock (issue 47, item 3);
+        # raw only: a policy without it has rules of another fingerprint, which are not loaded.
+        undegraded = replace(policy, heat=replace(policy.heat, signals=tuple(
+            PluginChoice(name) for name in SIGNALS if name != "degraded")))
+        undegraded_timings = [] if args.recorded else timed_refreshes(query, undegraded, args.repeats, source)[0]
         # The webhook's reader, at the webhook's cadence: the look-back for vanished GPUs runs once a
         # minute, so most of its refreshes reuse that answer; through the rules, a refresh that finds
         # them not re-evaluated returns the last snapshot. Those are timed apart, and refreshes go on
@@ -222,6 +228,9 @@ def main() -> None:
               f"{statistics.median(cpu_timings):.3f}s; the rest is Prometheus evaluating on the same 2 cores")
         print(f"  back to back with serving.enabled false (its {len(serving_queries(policy.serving, '', 'x')) - 2} queries "
               f"skipped): median {statistics.median(plain_timings):.3f}s")
+        if undegraded_timings:
+            print(f"  back to back without the degraded signal: median {statistics.median(undegraded_timings):.3f}s "
+                  f"(with it: {statistics.median(back_to_back) / statistics.median(undegraded_timings):.2f}x)")
         per_check = policy.telemetry.vanish_check_seconds / policy.telemetry.refresh_seconds
         full = statistics.median(timings)
         reuse = statistics.median(reuse_timings) if reuse_timings else float("nan")

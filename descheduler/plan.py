@@ -2,12 +2,13 @@
 the payback rule. Pure, no I/O.
 
 Each strategy the policy turns on (`descheduler.strategies`: health, utilisation, throttling,
-serving by default; degraded where named) names its source nodes, why, how much each must shed and in what
-order its pods go. A pod is evicted only when a cool node that the pod could be scheduled on (its
-selector, affinity, tolerations: `scoring.cluster.feasibility`) has free GPUs of the kind it
-needs; that capacity is reserved as the plan is built, so one cool node is not promised twice. And only when the move pays: what it gains over
-the payback horizon must exceed what restarting the pod costs (`descheduler.payback`), unless its
-strategy says the pod serves nothing where it is.
+serving by default; degraded where named) names its source nodes, why, how much each must shed
+and in what order its pods go. A pod is evicted only when a cool node that the pod could be
+scheduled on (its selector, affinity, tolerations: `scoring.cluster.feasibility`) has free GPUs of
+the kind it needs; that capacity is reserved as the plan is built, so one cool node is not
+promised twice. And only when the move pays: what it gains over the payback horizon must exceed
+what restarting the pod costs (`descheduler.payback`), unless its strategy says the pod serves
+nothing where it is.
 """
 
 from __future__ import annotations

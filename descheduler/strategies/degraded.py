@@ -12,13 +12,11 @@ meanwhile (the serving strategy's rule, `would_overload_peers`)."""
 
 from __future__ import annotations
 
-from collections import Counter
+from functools import partial
 
-from descheduler.proposals import Skip
-from descheduler.strategies.base import Candidate, PlanInputs, Source
-from descheduler.strategies.serving import would_overload_peers
+from descheduler.strategies.base import PlanInputs, Source
+from descheduler.strategies.serving import keep_peers_serving
 from scoring.heat import FleetHeat
-from scoring.ingest.serving import ServingReplica
 from scoring.ingest.signals.degraded import NAME, degraded_gpus
 from scoring.plugins import NoArgs, Registration
 
@@ -41,37 +39,23 @@ class Degraded:
             if on_slow:
                 said = ", ".join(f"GPU {unit} at {clock:,.0f} of {peers:,.0f} MHz" for unit, clock, peers in slow)
                 replicas = {(r.namespace, r.pod): r for r in node.serving}
+                # The slowest GPU's pod first; one whose peers could not take its traffic stays.
+                order = partial(keep_peers_serving, rank={key: (-share, *key) for key, share in on_slow.items()},
+                                replicas=replicas, running=inputs.running)
                 found.append((max(on_slow.values()), name, Source(
-                    name, f"degraded: {said} under load", float(len(on_slow)),
-                    _on_slow_gpus(on_slow, replicas, inputs.running),
+                    name, f"degraded: {said} under load", float(len(on_slow)), order,
                     sheds=lambda share: 1.0, recovers=lambda pod, on_slow=on_slow: on_slow[pod.namespace, pod.name])))
         found.sort(key=lambda item: (-item[0], item[1]))
         return [source for *_, source in found]
 
     def notes(self, inputs: PlanInputs, sources: set[str]) -> list[str]:
         """Degraded GPUs no workload pod is named on: the next pod given one will be slow there."""
-        return [f"{name} has a degraded GPU ({', '.join(f'GPU {u}' for u, *_ in degraded_gpus(node))}) and no "
-                "workload pod on it to move" for name, node in sorted(inputs.snapshot.by_name.items())
-                if degraded_gpus(node) and name not in sources]
-
-
-def _on_slow_gpus(on_slow: dict[tuple[str, str], float], replicas: dict[tuple[str, str], ServingReplica],
-                  running: Counter):
-    """The candidates on a degraded GPU, the slowest first; a serving replica whose peers could not
-    take its traffic until its replacement serves is skipped, with the reason."""
-    def order(candidates: list[Candidate], skipped: list[Skip]) -> list[Candidate]:
-        chosen = []
-        for pod, share in candidates:
-            if (key := (pod.namespace, pod.name)) not in on_slow:
-                continue
-            if (replica := replicas.get(key)) and (why := would_overload_peers(replica, running[pod.workload])):
-                skipped.append(Skip(pod.namespace, pod.name, why))
-            else:
-                chosen.append((pod, share))
-        return sorted(chosen, key=lambda c: (-on_slow[c[0].namespace, c[0].name], c[0].namespace, c[0].name))
-    return order
+        return [f"{name} has a degraded GPU ({', '.join(f'GPU {u}' for u, *_ in slow)}) and no workload pod on it "
+                "to move" for name, node in sorted(inputs.snapshot.by_name.items())
+                if name not in sources and (slow := degraded_gpus(node))]
 
 
 REGISTRATION = Registration(NAME, NoArgs, lambda args: Degraded(), on_by_default=False)
-"""Opt-in: in the serving world its moves cost more than they recovered (BENCHMARKS, "Degraded
-GPUs"): a replacement may be given another degraded GPU nobody holds, which no signal sees idle."""
+"""Opt-in: in the serving world its moves cost more than they recovered (BENCHMARKS, "The product
+reads degraded GPUs"): a replacement may be given another degraded GPU nobody holds, which no
+signal sees idle."""

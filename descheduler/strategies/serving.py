@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from descheduler.proposals import Skip
 from descheduler.strategies.base import SERVING, Candidate, PlanInputs, Source
@@ -58,20 +59,29 @@ def would_overload_peers(replica: ServingReplica, running: int) -> str | None:
     return None
 
 
+def keep_peers_serving(candidates: list[Candidate], skipped: list[Skip], *, rank: Mapping[tuple[str, str], Any],
+                       replicas: Mapping[tuple[str, str], ServingReplica], running: Counter) -> list[Candidate]:
+    """A `Source.order`: the candidates `rank` names (by namespace and name), in its order; a serving replica among
+    them whose peers could not absorb its traffic (`would_overload_peers`) is skipped, with the
+    reason. The one rule every strategy that moves serving replicas keeps."""
+    chosen = []
+    for pod, share in candidates:
+        if (key := (pod.namespace, pod.name)) not in rank:
+            continue
+        if (replica := replicas.get(key)) and (why := would_overload_peers(replica, running[pod.workload])):
+            skipped.append(Skip(pod.namespace, pod.name, why))
+        else:
+            chosen.append((pod, share))
+    return sorted(chosen, key=lambda c: rank[c[0].namespace, c[0].name])
+
+
 def victims(candidates: list[Candidate], over: tuple[ServingReplica, ...], running: Counter,
             skipped: list[Skip]) -> list[Candidate]:
     """The evictable candidates among the replicas over target, the one missing it most first;
     those whose peers could not absorb their traffic are skipped, with the reason."""
-    order = {(r.namespace, r.pod): i for i, r in enumerate(over)}
-    chosen = []
-    for pod, share in candidates:
-        if (index := order.get((pod.namespace, pod.name))) is None:
-            continue
-        if why := would_overload_peers(over[index], running[pod.workload]):
-            skipped.append(Skip(pod.namespace, pod.name, why))
-        else:
-            chosen.append((pod, share))
-    return sorted(chosen, key=lambda c: order[c[0].namespace, c[0].name])
+    replicas = {(r.namespace, r.pod): r for r in over}
+    return keep_peers_serving(candidates, skipped, rank={key: i for i, key in enumerate(replicas)}, replicas=replicas,
+                              running=running)
 
 
 class Serving:

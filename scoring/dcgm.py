@@ -16,6 +16,9 @@ SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
 SM_OCCUPANCY = "DCGM_FI_PROF_SM_OCCUPANCY"
 PIPE_TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
 SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"
+PCIE_TX_BYTES = "DCGM_FI_PROF_PCIE_TX_BYTES"
+PCIE_RX_BYTES = "DCGM_FI_PROF_PCIE_RX_BYTES"
+"""Bytes a second the GPU sends to and takes from the PCIe bus, headers included (profiling fields)."""
 CLOCK_THROTTLE_REASONS = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
 """NVML's clock-event reasons as a bitmask (1 GPU idle, 4 SW power cap, 8 HW slowdown, 32 SW
 thermal, 64 HW thermal, 128 HW power brake); the name dcgm-exporter's released counters use."""
@@ -41,7 +44,7 @@ def reason_bits_set(expression: str, bits: tuple[int, ...]) -> str:
 
 
 GPU_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, FB_FREE, GPU_TEMP, POWER_USAGE, XID_ERRORS, CLOCK_THROTTLE_REASONS,
-               SM_CLOCK, SM_ACTIVE, SM_OCCUPANCY, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE)
+               SM_CLOCK, SM_ACTIVE, SM_OCCUPANCY, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE, PCIE_TX_BYTES, PCIE_RX_BYTES)
 """Every per-GPU gauge a snapshot may be built from (the profiling ratios as `BusyMeasure` picks)."""
 
 BUSY_GAUGES = (GR_ENGINE_ACTIVE, SM_ACTIVE, SM_OCCUPANCY, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE)
@@ -94,6 +97,10 @@ HELP = {
     PIPE_TENSOR_ACTIVE: ("gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
     SM_CLOCK: ("gauge", "SM clock frequency (in MHz)."),
     CLOCK_THROTTLE_REASONS: ("gauge", "Current clock throttle reasons (bitmask)."),
+    PCIE_TX_BYTES: ("gauge", "The rate of data transmitted over the PCIe bus - including both protocol headers "
+                             "and data payloads - in bytes per second."),
+    PCIE_RX_BYTES: ("gauge", "The rate of data received over the PCIe bus - including both protocol headers "
+                             "and data payloads - in bytes per second."),
     POWER_MGMT_LIMIT: ("gauge", "Power management limit (in W)."),
 }
 """`# TYPE` and `# HELP` as dcgm-exporter prints them, for the exporters we ship."""

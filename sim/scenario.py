@@ -345,6 +345,44 @@ class ColdStart:
 
 
 @dataclass(frozen=True)
+class PcieNeighbours:
+    """Host↔GPU traffic through the PCIe switch a replica's GPU shares with its neighbours' GPUs
+    (`sim.llm.pcie`): training workers' data loaders and optimizer offload, replicas loading their
+    weights. The GPU-to-switch map is fixed (`contention.gpusPerPcieSwitch` GPUs in index order
+    per switch); dcgm-exporter shows each GPU's traffic as `DCGM_FI_PROF_PCIE_TX_BYTES` and
+    `_RX_BYTES`, as a real one does."""
+
+    enabled: bool = False
+    uplink_bytes_per_second: float = 63e9
+    """What one switch's uplink to the host carries, both ways together: PCIe Gen4 x16, 16 GT/s on
+    16 lanes at 128b/130b, 31.5 GB/s each way (PCI-SIG). A DGX A100 puts two GPUs and two NICs
+    behind each of its four Gen4 switches (NVIDIA, "DGX A100 System Architecture", 2020): the
+    A100s on which arXiv 2508.20274 measured PCIe noisy neighbours."""
+    offload_share: float = 0.5
+    """Share of training jobs whose workers offload optimizer state to host memory (DeepSpeed
+    ZeRO-Offload, FSDP's CPU offload), as fine-tuning on few GPUs does to fit: assumption."""
+    offload_bytes_per_second: float = 16e9
+    """An offloading worker's GPU traffic, both ways: ZeRO-Offload moves the fp16 gradients to the
+    host and the fp16 parameters back every step, 4 bytes per parameter (Ren et al., USENIX ATC
+    2021), while a step computes 6 FLOPs per parameter and token, so 4 × R / (6 × T) bytes a second
+    at R FLOP/s over T tokens a step: 16 GB/s at 100 TFLOP/s (a third of an A100's dense BF16) and
+    4,096 tokens a step per GPU (R and T: assumption)."""
+    loader_bytes_per_second: float = 0.4e9
+    """Input batches a training GPU's data loaders copy to it: ResNet-50 on an A100 takes ~2,500
+    decoded 224×224 images a second, 150 kB each (assumption, the order of MLPerf's A100 results)."""
+    serving_bytes_per_second: float = 0.13e9
+    """A serving replica's own traffic (token ids in, sampled tokens out, host-side scheduling):
+    the order of a real scrape's busy A100 (`tests/fixtures/real_exporters/nvidia-docs-a100-mig-1g5gb.txt`:
+    33 MB/s out, 98 MB/s in): assumption."""
+    stretch_at_full_uplink: float = 0.15
+    """Step time a replica loses when its neighbours fill its switch's uplink, linear in their share
+    of it: PCIe-aware control cut p99 latency by 15 % on A100s shared with training jobs and data
+    loaders, placement about half of it, and vLLM's TTFT p99 by 10–15 % (Darzi et al., "Predictable
+    LLM Serving on GPU Clusters", arXiv 2508.20274); read as the whole loss at a full uplink:
+    assumption."""
+
+
+@dataclass(frozen=True)
 class Conditions:
     """The fleet conditions where placement can change what users feel, each switched on by a
     scenario (`conditions.<name>.enabled`), so the same fleet runs with and without it."""
@@ -353,6 +391,7 @@ class Conditions:
     cpu_neighbours: CpuNeighbours = field(default_factory=CpuNeighbours)
     cold_start: ColdStart = field(default_factory=ColdStart)
     failures: Failures = field(default_factory=Failures)
+    pcie_neighbours: PcieNeighbours = field(default_factory=PcieNeighbours)
 
 
 @dataclass(frozen=True)
@@ -452,6 +491,19 @@ BUILT_IN = {
     "llm-cold-start": Scenario(name="llm-cold-start", hours=2.0, serving=ServingShape(model="Llama-3.1-8B"),
                                fleet=FleetShape(nodes=96), inference=InferenceShape(services=120, bursts_per_hour=2.0),
                                conditions=Conditions(cold_start=ColdStart(enabled=True))),
+    # Fixed before any run (issue 46), each from a reason: A100 nodes laid out as a DGX A100 (8
+    # GPUs, two behind each PCIe Gen4 switch), the hardware on which arXiv 2508.20274 measured
+    # PCIe noisy neighbours; llm-training-mix's 32 nodes, services and traffic; its training
+    # GPU-hours (about 27 GPUs busy an hour) as data-parallel fine-tuning jobs of one GPU per worker
+    # pod (a PyTorchJob's replicas), 2 to 8 workers, so training GPUs sit beside replicas behind
+    # shared switches; half the jobs offload optimizer state to host memory (`PcieNeighbours`:
+    # each value's source or "assumption").
+    "llm-pcie-neighbours": Scenario(
+        name="llm-pcie-neighbours", hours=2.0, serving=ServingShape(model="Llama-3.1-8B"),
+        fleet=FleetShape(pools=(PoolShape("a100", 32, 8, {"pool": "a100", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}),)),
+        inference=InferenceShape(services=30, mean_demand_fraction=0.3),
+        training=TrainingShape(jobs_per_hour=4.0, workers=(2, 4, 8), gpus_per_worker=1),
+        conditions=Conditions(pcie_neighbours=PcieNeighbours(enabled=True))),
 }
 
 
@@ -468,6 +520,7 @@ ABOUT = {
     "llm-degraded-gpus": "96 H100 nodes whose GPUs differ in speed, a few slowed, failing or lost at published rates",
     "llm-cpu-neighbours": "llm-fleet with CPU-bound batch pods on half its nodes, some replicas under CPU limits",
     "llm-cold-start": "96 H100 nodes, bursty traffic, one shared vLLM image, weights remote or in a node-local cache",
+    "llm-pcie-neighbours": "32 A100 nodes, replicas beside one-GPU training workers behind shared PCIe switches",
 }
 """One line on each built-in scenario, for `simulate --list`."""
 
@@ -694,6 +747,16 @@ def _ranges(scenario: Scenario) -> list[tuple[str, bool, str]]:
         ("conditions.coldStart.imageGcLowPercent", 0 < cs.image_gc_low_percent <= cs.image_gc_high_percent,
          "more than 0, at most imageGcHighPercent"),
         within("conditions.coldStart.newTagShare", cs.new_tag_share, 0, 1),
+    ]
+    pn = scenario.conditions.pcie_neighbours
+    checks += [
+        at_least("conditions.pcieNeighbours.uplinkBytesPerSecond", pn.uplink_bytes_per_second, 0, strictly=True),
+        within("conditions.pcieNeighbours.offloadShare", pn.offload_share, 0, 1),
+        *(at_least(f"conditions.pcieNeighbours.{name}", getattr(pn, field_name), 0)
+          for name, field_name in (("offloadBytesPerSecond", "offload_bytes_per_second"),
+                                   ("loaderBytesPerSecond", "loader_bytes_per_second"),
+                                   ("servingBytesPerSecond", "serving_bytes_per_second"))),
+        within("conditions.pcieNeighbours.stretchAtFullUplink", pn.stretch_at_full_uplink, 0, 10),
     ]
     for i, pool in enumerate(f.pools):
         checks += [within(f"fleet.pools[{i}].nodes", pool.nodes, 1, 2000),

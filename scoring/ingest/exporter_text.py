@@ -32,4 +32,8 @@ def exporter_values(sample: GpuSample, profiling: bool) -> dict[str, float | Non
         values[dcgm.CLOCK_THROTTLE_REASONS] = sample.clock_reasons
     if sample.sm_clock_mhz is not None:
         values[dcgm.SM_CLOCK] = sample.sm_clock_mhz
+    if sample.pcie_tx_bytes is not None:
+        values[dcgm.PCIE_TX_BYTES] = sample.pcie_tx_bytes
+    if sample.pcie_rx_bytes is not None:
+        values[dcgm.PCIE_RX_BYTES] = sample.pcie_rx_bytes
     return values

@@ -406,6 +406,8 @@ def _samples(readings: Readings, node_label: str, busy: dcgm.BusyMeasure
             last_xid=_as_xid(values[dcgm.XID_ERRORS].get(key)),
             clock_reasons=_as_reasons(values[dcgm.CLOCK_THROTTLE_REASONS].get(key)),
             sm_clock_mhz=values[dcgm.SM_CLOCK].get(key),
+            pcie_tx_bytes=values[dcgm.PCIE_TX_BYTES].get(key),
+            pcie_rx_bytes=values[dcgm.PCIE_RX_BYTES].get(key),
             pod=allocated_to.get(key),
             mig_profile=labels.get("GPU_I_PROFILE", ""),
             mig_instance=labels.get("GPU_I_ID", ""),

@@ -61,6 +61,9 @@ class GpuSample:
     None where the exporter does not export it (it is not in dcgm-exporter's default counters)."""
     sm_clock_mhz: float | None = None
     """`DCGM_FI_DEV_SM_CLOCK` (in dcgm-exporter's default counters); None where it is not exported."""
+    pcie_tx_bytes: float | None = None
+    pcie_rx_bytes: float | None = None
+    """`DCGM_FI_PROF_PCIE_TX_BYTES` / `_RX_BYTES`, bytes a second (profiling fields); None where not exported."""
     pod: PodRef | None = None
     mig_profile: str = ""
     mig_instance: str = ""

@@ -1,6 +1,6 @@
 """A simulated serving-world run as its exporters would serve it, tick by tick: dcgm-exporter's
 text (GPU_UTIL, framebuffer, power and its limit, temperature, SM clock, clock-event reasons and
-the profiling fields) and vLLM's (batch, queue, KV cache, TTFT). Pure; `fake-dcgm --scenario` and
+the profiling fields, PCIe bytes among them where PCIe neighbours are a condition) and vLLM's (batch, queue, KV cache, TTFT). Pure; `fake-dcgm --scenario` and
 `fake-serving --scenario` serve it."""
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ def dcgm_text(world: World, tick: int, *, hostname_label: str = "Hostname") -> s
             dcgm.GR_ENGINE_ACTIVE: round(report.sm_active, 6), dcgm.SM_ACTIVE: round(report.sm_active, 6),
             dcgm.SM_OCCUPANCY: round(report.sm_occupancy, 6),
             dcgm.PIPE_TENSOR_ACTIVE: round(report.pipe_tensor_active, 6),
-            dcgm.DRAM_ACTIVE: round(report.dram_active, 6)})
+            dcgm.DRAM_ACTIVE: round(report.dram_active, 6),
+            **({} if report.pcie_rx_bytes is None else {dcgm.PCIE_RX_BYTES: round(report.pcie_rx_bytes),
+                                                         dcgm.PCIE_TX_BYTES: round(report.pcie_tx_bytes or 0.0)})})
     return render_exposition(samples, hostname_label=hostname_label, extra=extra)
 
 

@@ -127,7 +127,7 @@ def gpu_of_product(product: str) -> Gpu:
     the `modelName` with dashes for spaces (NVIDIA-H100-80GB-HBM3), `-SHARED` after it where the
     GPU is shared by time-slicing or MPS."""
     product = product.removesuffix("-SHARED")
-    try:
-        return gpu_named(product.replace("-", " "))
-    except KeyError:
-        return gpu_named(product)
+    for gpu in GPUS.values():
+        if any(alias.replace(" ", "-").lower() == product.lower() for alias in gpu.aliases):
+            return gpu
+    return gpu_named(product)

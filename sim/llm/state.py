@@ -11,6 +11,7 @@ import numpy as np
 from sim.llm.failures import FailurePlan
 from sim.llm.gpus import GpuConditions
 from sim.llm.host import NO_NEIGHBOURS, HostLayout
+from sim.llm.pcie import Traffic
 from sim.llm.startup import CacheLayout
 
 EDGES_MS = np.geomspace(0.1, 1e7, 14001)
@@ -34,6 +35,9 @@ class GpuReport(NamedTuple):
     dram_active: float
     xid: int = 0
     """The last XID error dcgm-exporter shows for the GPU (`conditions.failures`); 0: none."""
+    pcie_rx_bytes: float | None = None
+    pcie_tx_bytes: float | None = None
+    """Host↔device bytes a second (`conditions.pcieNeighbours`); None: not exported."""
 
 
 class HostReading(NamedTuple):
@@ -127,3 +131,5 @@ class ServingWorld:
     """Seconds from each new replica's creation to its serving: its wait for a node, then its start."""
     host_readings: list[dict[str, "HostReading"]] = field(default_factory=list)
     """Per tick where `host` is on: node → what node_exporter and cAdvisor show of its CPU."""
+    pcie_traffic: dict[str, dict[int, Traffic]] = field(default_factory=dict)
+    """This tick, where PCIe neighbours are a condition: node → GPU → its host↔device traffic."""

@@ -17,7 +17,7 @@ The node's slowdown, s = 1 + contention.scale × (host CPU + power + PCIe), chan
   measured 137–300 W on an H200); a training GPU draws 95 % of TDP (assumption); past the node's
   budget the share over it times `powerSensitivity`;
 - PCIe: `pciePenalty` for a replica whose switch carries a training worker's GPU or a replica
-  still loading its weights;
+  still loading its weights (where PCIe neighbours are a condition, their traffic instead);
 - a shared GPU (a pool with `sharing: time-slicing` or `mps`, `replicasPerGpu` pods a GPU): each
   replica's steps stretch by what its neighbours on the GPU took the tick before — their kernel
   share under time-slicing (contexts take turns), the busier of their DRAM and tensor activity
@@ -31,14 +31,18 @@ Fleet conditions a scenario switches on (`conditions:`, issue 46), each its own 
 - CPU neighbours (`sim.llm.host`): batch pods busy a node's cores, which costs its replicas
   `interferenceAtFullHost` of step time times the host's busy share (in place of the host-CPU
   channel above), and a Deployment's CFS quota stretches its replicas' steps by the cores their
-  threads want over the limit, the GPU waiting meanwhile (its busy share falls by as much).
+  threads want over the limit, the GPU waiting meanwhile (its busy share falls by as much);
+- PCIe neighbours (`sim.llm.pcie`): training GPUs' loaders and offload, and replicas loading
+  weights, fill the uplink of the switch they share with a replica, which loses
+  `stretchAtFullUplink` of step time times their share of it (in place of `pciePenalty`).
 
 The exporters see each GPU from what runs on it (`GpuReport`): the kernel share, the profiling
 fields, the preallocated framebuffer, power from activity, temperature from power, the SM clock
 (its boost clock, held down past the node's power budget with the SW power cap reason, lower on a
 slower GPU, halved in a hardware slowdown with the HW slowdown reason; an idle GPU parks its clock
 with the GPU idle reason). node_exporter's CPU pressure and cAdvisor's CFS throttling are kept per
-node where CPU neighbours are a condition (`world.llm.host_readings`).
+node where CPU neighbours are a condition (`world.llm.host_readings`); each GPU's PCIe traffic
+where PCIe neighbours are (`GpuReport.pcie_rx_bytes`).
 
 Request-level percentiles: each replica's requests this tick carry its TTFT, TPOT and E2E
 quantiles, weighted by its request count, into log-binned histograms over the run.
@@ -53,7 +57,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.llm.engine import GPU_MEMORY_UTILIZATION, Knobs
-from sim.llm import host, startup
+from sim.llm import host, pcie, startup
 from sim.llm.gpus import DEGRADED_STRETCH, HW_SLOWDOWN
 from sim.llm.hardware import Gpu, Model, gpu_of_product, mig_slice, model_named
 from sim.llm.profile import QUANTILES, ReplicaProfile, profile
@@ -196,8 +200,9 @@ def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
     condition, the host channel is theirs (`sim.llm.host`), and its readings join
     `world.llm.host_readings`."""
 
-    co, layout = world.scenario.contention, world.llm.host
-    slowdown, pcie, power_excess, sharing = {}, {}, {}, {}
+    co, layout, lanes = world.scenario.contention, world.llm.host, world.scenario.conditions.pcie_neighbours
+    slowdown, penalty, power_excess, sharing = {}, {}, {}, {}
+    world.llm.pcie_traffic = {}
     readings: dict[str, HostReading] = {}
     for name, pods in by_node.items():
         tdp = tdp_w(gpu_of_node(world, name))
@@ -206,6 +211,7 @@ def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
         mps = world.nodes[name].labels.get("nvidia.com/gpu.sharing-strategy") == "mps"
         cores = 0.0
         noisy_switches, placed = set(), []
+        traffic: dict[int, pcie.Traffic] = defaultdict(pcie.Traffic)
         # Physical GPU → summed DRAM and tensor activity of its replicas, and 1 when it trains.
         activity: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         on_gpu: dict[int, list[tuple[str, float]]] = defaultdict(list)
@@ -213,7 +219,11 @@ def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
             held = units_held(world, pod)
             gpus = {gpu_of_unit(u, gpu_total) for u in held}
             switches = {g // co.gpus_per_pcie_switch for g in gpus}
-            placed.append((pod, held[0], switches))
+            placed.append((pod, held[0], switches, gpus))
+            if lanes.enabled:
+                moved = _pcie_traffic(world, pod)
+                for g in gpus:
+                    traffic[g] = pcie.Traffic(traffic[g].rx + moved.rx, traffic[g].tx + moved.tx)
             if pod.training_job is not None:
                 cores += co.training_cores_per_worker
                 for g in gpus:
@@ -243,17 +253,46 @@ def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
         budget = co.gpu_power_budget_share * tdp * gpu_total
         power_excess[name] = co.scale * max(0.0, host_power / budget - 1)
         slowdown[name] = 1 + co.scale * cpu + power_excess[name] * co.power_sensitivity
-        for pod, first, switches in placed:
+        for pod, first, switches, gpus in placed:
+            serving = pod.training_job is None and is_ready(world, pod)
+            if lanes.enabled:
+                penalty[name, first] = co.scale * pcie.stretch(lanes, traffic, gpus, co.gpus_per_pcie_switch) \
+                    if serving else 0.0
+                continue
             # A replica's own loading does not slow it (it does not serve yet); a neighbour's does.
-            shared = pod.training_job is None and is_ready(world, pod) and switches & noisy_switches
-            pcie[name, first] = co.scale * co.pcie_penalty if shared else 0.0
+            penalty[name, first] = co.scale * co.pcie_penalty if serving and switches & noisy_switches else 0.0
+        if lanes.enabled:
+            world.llm.pcie_traffic[name] = dict(traffic)
         for replicas in on_gpu.values():
             total = sum(demand for _, demand in replicas)
             for key, demand in replicas:
                 sharing[key] = co.scale * (total - demand)
     if layout.enabled:
         world.llm.host_readings.append(readings)
-    return slowdown, pcie, power_excess, sharing
+    return slowdown, penalty, power_excess, sharing
+
+
+def _pcie_traffic(world: World, pod: SimPod) -> pcie.Traffic:
+    """What the pod moves between its GPUs and the host each second (`sim.llm.pcie`), each of its
+    GPUs alike; a replica not yet serving is counted as loading its weights the whole while
+    (assumption: its image pull moves nothing over PCIe, which this overstates)."""
+    lanes = world.scenario.conditions.pcie_neighbours
+    if pod.training_job is not None:
+        return pcie.training_traffic(lanes, pcie.offloads(lanes, world.seed, pod.training_job))
+    if not is_ready(world, pod):
+        return pcie.loading_traffic(world.scenario.serving.weight_load_bytes_per_second)
+    return pcie.serving_traffic(lanes)
+
+
+def pcie_stretch_at(world: World, node: str, units: tuple[int, ...]) -> float:
+    """Share of step time a replica given these units of the node would lose to its neighbours'
+    PCIe traffic now (0 where PCIe neighbours are no condition)."""
+    lanes = world.scenario.conditions.pcie_neighbours
+    if not lanes.enabled:
+        return 0.0
+    gpus = {gpu_of_unit(u, world.units[node] // shares_of(world, node)) for u in units}
+    return world.scenario.contention.scale * pcie.stretch(lanes, world.llm.pcie_traffic.get(node, {}), gpus,
+                                                          world.scenario.contention.gpus_per_pcie_switch)
 
 
 def _quota_stretch(world: World, pod: SimPod) -> float:
@@ -312,7 +351,7 @@ def measure(world: World):
             by_node[pod.node].append(pod)
     profiles = _Profiles(world, up)
     _route_traffic(world, profiles)
-    slowdown, pcie, power_excess, sharing = _node_slowdowns(world, {n: by_node.get(n, []) for n in up})
+    slowdown, penalty, power_excess, sharing = _node_slowdowns(world, {n: by_node.get(n, []) for n in up})
     even = _even_slowdowns(world, slowdown, up)
     rows = _Rows()
     per_gpu: dict[str, dict[int, tuple[float, str | None] | None]] = defaultdict(dict)
@@ -323,7 +362,7 @@ def measure(world: World):
     for name in up:
         gpu = gpu_of_node(world, name)
         units, busy_units = _node_units(world, name, by_node.get(name, ()), profiles, gpu,
-                                        (slowdown, pcie, sharing, even), rows)
+                                        (slowdown, penalty, sharing, even), rows)
         per_gpu[name], readings[name] = _scrape(world, name, gpu, units, noise, power_excess[name])
         work[name] = 100 * busy_units / world.units[name]
     _serve(world, rows, serving, world.scenario.tick_seconds)
@@ -359,7 +398,7 @@ def _node_units(world: World, name: str, pods, profiles: _Profiles, gpu, slowdow
                 ) -> tuple[list, float]:
     """What each schedulable unit of the node shows before the exporter's noise, and the node's
     busy units; each serving replica's row joins `rows` for `_serve`."""
-    slowdown, pcie, sharing, even = slowdowns
+    slowdown, penalty, sharing, even = slowdowns
     tdp, shares = tdp_w(gpu), shares_of(world, name)
     gpu_total = world.units[name] // shares
     preallocated = GPU_MEMORY_UTILIZATION / shares * gpu.memory_bytes / MIB
@@ -380,7 +419,7 @@ def _node_units(world: World, name: str, pods, profiles: _Profiles, gpu, slowdow
             own = held_stretch(world, name, held)
             # A CFS quota stretches the step while the GPU waits for the CPU: its busy share falls.
             quota = _quota_stretch(world, pod)
-            s = (slowdown[name] + pcie.get((name, index), 0.0) + sharing.get(key, 0.0)) * own * quota
+            s = (slowdown[name] + penalty.get((name, index), 0.0) + sharing.get(key, 0.0)) * own * quota
             prof = profiles.of(name, pod.service)
             rows.profiles.append(prof)
             rows.pods.append(pod)
@@ -418,6 +457,7 @@ def _scrape(world: World, name: str, gpu, units: list, noise: np.random.Generato
     readings: dict[int, GpuReport] = {}
     reports: dict[int, GpuReport] = {}
     plan = world.llm.failures
+    traffic, lanes_on = world.llm.pcie_traffic.get(name, {}), world.scenario.conditions.pcie_neighbours.enabled
     for index, unit in enumerate(units):
         gpu_index = gpu_of_unit(index, gpu_total)
         if plan.failed and plan.vanished(name, gpu_index):
@@ -429,7 +469,12 @@ def _scrape(world: World, name: str, gpu, units: list, noise: np.random.Generato
         if (report := reports.get((id(unit), state))) is None:
             report = reports[id(unit), state] = gpu_report(gpu, unit.fb, unit.watts, unit.util / 100, unit.occupancy,
                                                            unit.tensor, unit.dram, power_excess, state)
-        readings[index] = report._replace(xid=plan.xid(name, gpu_index)) if plan.failed else report
+        if plan.failed:
+            report = report._replace(xid=plan.xid(name, gpu_index))
+        if (moved := traffic.get(gpu_index)) is not None or lanes_on:
+            moved = moved or pcie.QUIET
+            report = report._replace(pcie_rx_bytes=moved.rx, pcie_tx_bytes=moved.tx)
+        readings[index] = report
     return per_gpu, readings
 
 

@@ -47,6 +47,7 @@ def observed_samples(world: World, lag: int = 0, busy: dcgm.BusyMeasure = dcgm.B
                                      temperature_c=report.temperature_c, power_w=report.power_w,
                                      clock_reasons=report.clock_reasons, last_xid=report.xid,
                                      sm_clock_mhz=report.sm_clock_mhz,
+                                     pcie_tx_bytes=report.pcie_tx_bytes, pcie_rx_bytes=report.pcie_rx_bytes,
                                      pod=PodRef(*key.split("/", 1)) if key else None))
     return samples
 

@@ -1,6 +1,6 @@
 """The fleet conditions' figures (issue 46): each condition scenario with its condition on and off,
-every policy and `best-placement` over seeds, as mean and range, with each policy's share of the
-stock → best-placement gap, whether the reference is ever beaten, and how far the policies that
+every policy and `true-state` over seeds, as mean and range, with each policy's share of the
+stock → true-state gap, whether the reference is ever beaten, and how far the policies that
 never evict spread with the condition off. Runs the simulator (CPU only; no other I/O than stdout),
 or reads `simulate --seeds A-B --output json` files it already wrote.
 
@@ -26,13 +26,13 @@ from sim.scenario import named, overridden  # noqa: E402
 from sim.seeds import parse_seeds  # noqa: E402
 
 CONDITIONS = {"llm-degraded-gpus": ("degradedGpus", "failures"), "llm-cpu-neighbours": ("cpuNeighbours",),
-              "llm-cold-start": ("coldStart",)}
+              "llm-cold-start": ("coldStart",), "llm-pcie-neighbours": ("pcieNeighbours",)}
 """Each condition scenario built so far, and its conditions' keys under `conditions:`."""
-NEVER_EVICT = ("stock", "spread", "load-aware", "coolest-node", "cache-affinity", "best-placement")
+NEVER_EVICT = ("stock", "spread", "load-aware", "coolest-node", "cache-affinity", "true-state")
 """The policies that place and never evict: with a condition off they should agree."""
 CONDITION_PEERS = PEERS + ("cache-affinity",)
 """The peers as their users run them, the one that uses the model cache included where it runs."""
-REFERENCE = "best-placement"
+REFERENCE = "true-state"
 
 BySeed = dict[int, dict[str, dict[str, float]]]
 

@@ -5,6 +5,7 @@ do not read the product's policy, so their figures are the scenario's own runs'.
 
     .venv/bin/python bench/policy_variants.py --scenario llm-degraded-gpus --seeds 1-8 --jobs 2
     .venv/bin/python bench/policy_variants.py --variant mine=policy.yaml   # and the built-in ones
+    .venv/bin/python bench/policy_variants.py --only "as shipped,no degraded memory"
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ from sim.seeds import parse_seeds  # noqa: E402
 VARIANTS = {
     "as shipped": "",
     "no degraded signal": "heat:\n  signals: [{name: temperature}, {name: throttling}, {name: health}, "
-                          "{name: host_cpu}]\n",
+                          "{name: host_cpu}, {name: pcie}]\n",
+    "no pcie signal": "heat:\n  signals: [{name: temperature}, {name: throttling}, {name: health}, "
+                      "{name: host_cpu}, {name: degraded}]\n",
+    "no degraded memory": "heat:\n  signals: [{name: temperature}, {name: throttling}, {name: health}, "
+                          "{name: host_cpu}, {name: degraded, args: {memorySeconds: 0}}, {name: pcie}]\n",
     "degraded strategy on": "descheduler:\n  strategies: [{name: health}, {name: degraded}, {name: utilisation}, "
                             "{name: throttling}, {name: serving}]\n",
 }
-"""Built-in variants (issue 47, item 3), each a policy document over the defaults."""
+"""Built-in variants (issue 47, items 2 and 3), each a policy document over the defaults."""
 
 
 def one(job: tuple[str, str, str, int, float | None]) -> tuple[str, int, dict[str, float]]:
@@ -51,8 +56,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=FILE",
                         help="a policy file of your own, run beside the built-in variants")
+    parser.add_argument("--only", default="", metavar="NAME,NAME",
+                        help="run only these built-in variants (default: all of them)")
     args = parser.parse_args()
-    variants = dict(VARIANTS)
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()] or list(VARIANTS)
+    if unknown := [name for name in chosen if name not in VARIANTS]:
+        parser.error(f"--only: not a built-in variant: {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
+    variants = {name: VARIANTS[name] for name in chosen}
     for given in args.variant:
         name, _, path = given.partition("=")
         if not name or not path:

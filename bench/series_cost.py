@@ -55,7 +55,11 @@ def main() -> None:
                     "raw power_capped": queries["power_capped"],
                     "raw degraded_clocks": queries["degraded_clocks"],
                     "raw peer_clocks": queries["peer_clocks"],
-                    "recorded degraded_clocks": recording.record_selector("degraded_clocks", ours)}
+                    "recorded degraded_clocks": recording.record_selector("degraded_clocks", ours),
+                    # PCIe neighbours (issue 47, item 2): every GPU's bytes, mapped to switches.
+                    "raw pcie_busy_switches": queries["pcie_busy_switches"],
+                    "raw pcie_free_gpus": queries["pcie_free_gpus"],
+                    "recorded pcie_busy_switches": recording.record_selector("pcie_busy_switches", ours)}
         session = requests.Session()
         print(f"{args.nodes} nodes x {args.gpus} GPUs = {total} GPUs; medians of {args.repeats}")
         for label, promql in variants.items():

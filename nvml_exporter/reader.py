@@ -105,6 +105,15 @@ def _sm_clock(nvml: ModuleType, handle: Any) -> float | None:
     return _field(nvml, call, handle, nvml.NVML_CLOCK_SM) if call is not None else None
 
 
+def _pcie_bytes(nvml: ModuleType, handle: Any, counter: str) -> float | None:
+    """Bytes a second over PCIe one way (`nvmlDeviceGetPcieThroughput`, which answers KB/s over a
+    20 ms sample: `DCGM_FI_PROF_PCIE_TX_BYTES` / `_RX_BYTES` as dcgm-exporter samples them longer);
+    None where it does not answer."""
+    call = getattr(nvml, "nvmlDeviceGetPcieThroughput", None)
+    value = _field(nvml, call, handle, getattr(nvml, counter)) if call is not None else None
+    return None if value is None else float(value) * 1024
+
+
 def _mig_profile(name: str) -> str:
     # MIG device names end in the profile: "NVIDIA H100 80GB HBM3 MIG 1g.10gb".
     return name.rsplit("MIG ", 1)[1].strip() if "MIG " in name else ""
@@ -128,11 +137,14 @@ def read_gpus(nvml: ModuleType, node: str, xids: XidWatcher | None = None) -> Re
                       temperature_c=_field(nvml, nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU))
         common["clock_reasons"] = _clock_reasons(nvml, handle)
         common["sm_clock_mhz"] = _sm_clock(nvml, handle)
+        common["pcie_tx_bytes"] = _pcie_bytes(nvml, handle, "NVML_PCIE_UTIL_TX_BYTES")
+        common["pcie_rx_bytes"] = _pcie_bytes(nvml, handle, "NVML_PCIE_UTIL_RX_BYTES")
         power = _field(nvml, nvml.nvmlDeviceGetPowerUsage, handle)
         common["power_w"] = power / 1000.0 if power is not None else None
         mig_mode = _field(nvml, nvml.nvmlDeviceGetMigMode, handle)
         if mig_mode is not None and mig_mode[0] == 1:
-            samples.extend(_read_mig(nvml, handle, common))
+            # NVML measures PCIe per GPU: no instance's own traffic, so none is claimed for it.
+            samples.extend(_read_mig(nvml, handle, {**common, "pcie_tx_bytes": None, "pcie_rx_bytes": None}))
             continue
         util = _field(nvml, nvml.nvmlDeviceGetUtilizationRates, handle)
         memory = _field(nvml, nvml.nvmlDeviceGetMemoryInfo, handle)

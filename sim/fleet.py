@@ -17,6 +17,10 @@ H100_MEMORY_MIB = 81559.0
 BOOST_CLOCK_MHZ, IDLE_CLOCK_MHZ = 1980.0, 345.0
 """A busy GPU's SM clock (an H100 SXM's boost clock, `sim.llm.hardware`), and where an idle one
 parks it (assumption, as `sim.llm.world` parks it): dcgm-exporter exports DCGM_FI_DEV_SM_CLOCK by default."""
+BUSY_PCIE_BYTES, IDLE_PCIE_BYTES = (98e6, 33e6), (1e6, 0.5e6)
+"""(RX, TX) bytes a second: a busy GPU's as a real scrape's busy A100 shows them
+(`tests/fixtures/real_exporters/nvidia-docs-a100-mig-1g5gb.txt`), an idle one's a trickle
+(assumption); no switch is busy, so the PCIe signal's queries scan every GPU and return nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,8 @@ def generate_fleet(spec: FleetSpec) -> list[GpuSample]:
                 power_w=round(70 + 6.3 * util + rng.uniform(0, 10), 3),
                 last_xid=xid,
                 sm_clock_mhz=BOOST_CLOCK_MHZ if busy else IDLE_CLOCK_MHZ,
+                pcie_rx_bytes=(BUSY_PCIE_BYTES if busy else IDLE_PCIE_BYTES)[0],
+                pcie_tx_bytes=(BUSY_PCIE_BYTES if busy else IDLE_PCIE_BYTES)[1],
                 pod=PodRef("inference", f"svc-{n % 7}-{n:04d}{g}", "server") if busy or memory_pressure else None,
             ))
     return readings

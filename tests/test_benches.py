@@ -39,7 +39,7 @@ TINY: dict[str, tuple[list[str], tuple[tuple[str, str], ...]]] = {
     "serving_world.py": (["--scenarios", "llm-fleet", "--seeds", "1", "--scales", "1", "--hours", "0.1",
                           "--jobs", "1"], ()),
     "serving_world_speed.py": (["--scenario", "llm-degraded-gpus", "--nodes", "4", "--hours", "0.1",
-                                "--policies", "stock,gpu-balancer,best-placement"], ()),
+                                "--policies", "stock,gpu-balancer,true-state"], ()),
     "snapshot_scale.py": (["--nodes", "4", "--gpus", "2", "--exporters", "1", "--repeats", "1"], (PROMETHEUS,)),
     "upstream_agreement.py": ([], ()),
     "webhook_latency.py": (["--seconds", "1", "--concurrency", "2", "--nodes", "20"], (WRK,)),

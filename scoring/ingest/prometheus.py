@@ -27,6 +27,8 @@ from urllib3.util.retry import Retry
 
 from scoring.errors import TelemetryError
 from scoring.ingest import recording, serving
+from scoring.ingest.signals import registry as signals
+from scoring.ingest.signals.base import remembered
 from scoring.ingest.queries import (RECORDED_INSTEAD, REPLACEMENT_ROWS, snapshot_queries, throttle_window_queries,
                                     topology_keys, window_queries)
 from scoring.ingest.series import SUMMED, Series, build_snapshot, detect_node_label
@@ -261,12 +263,16 @@ def _read_rows(query: QueryFn, policy: BalancerPolicy, *, now: Callable[[], date
     queries = snapshot_queries(policy.prometheus.selector_matchers,
                                lookback_seconds=policy.telemetry.vanish_lookback_seconds,
                                busy=policy.telemetry.busy, topology_keys=keys, heat=policy.heat)
+    memory = signals.memories(policy.heat)
     if recorded:
         # Each record by the raw query it stands for (a replacement record has none).
         stands_for = {name: expr for name, expr in queries.items() if name not in RECORDED_INSTEAD}
         stands_for |= dict.fromkeys(REPLACEMENT_ROWS, "")
-        queries = {part: recording.recorded_query(name, expr, recorded, *matchers, metric=metric)
+        queries = {part: recording.recorded_query(name, expr, recorded, *matchers, metric=metric,
+                                                  memory_seconds=memory.get(name, 0))
                    for name, expr in stands_for.items() for part, matchers, metric in _parts(name)}
+    else:
+        queries |= {name: remembered(queries[name], seconds) for name, seconds in memory.items() if name in queries}
     if seen_recently is not None:
         del queries["seen_recently"]
     asked = _asking(_evaluated_at(query, evaluated_at) if recorded else query, queries)

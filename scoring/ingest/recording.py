@@ -42,15 +42,20 @@ def keeps_metric_name(expr: str) -> bool:
     return "by (__name__" in expr
 
 
-def recorded_query(name: str, expr: str, fingerprint_: str, *matchers: str, metric: str = "") -> str:
+def recorded_query(name: str, expr: str, fingerprint_: str, *matchers: str, metric: str = "",
+                   memory_seconds: int = 0) -> str:
     """What the reader asks instead of `expr` (empty for a record with no raw query of its own):
     the recorded series (those `matchers` select) with the labels the raw query's rows have.
     `max without` drops the rules' fingerprint and the record name for about the cost of the bare
     selection (each series is its own group), and halves the bytes Prometheus serves and the
     reader decodes. (Two `label_replace` calls cost Prometheus half as much again.) Where `expr`
-    keeps the metric name, its rows are asked one `metric` at a time, and the name set back."""
+    keeps the metric name, its rows are asked one `metric` at a time, and the name set back. A row
+    set a signal remembers (`memory_seconds`) is read as each row's highest over that span."""
     if not keeps_metric_name(expr):
-        return f"max without ({FINGERPRINT_LABEL}) ({record_selector(name, fingerprint_, *matchers)})"
+        series = record_selector(name, fingerprint_, *matchers)
+        if memory_seconds:
+            series = f"max_over_time({series}[{int(memory_seconds)}s])"
+        return f"max without ({FINGERPRINT_LABEL}) ({series})"
     if not metric:
         raise ValueError(f"record {name!r} keeps the metric name: ask it one metric at a time")
     series = record_selector(name, fingerprint_, *matchers, f'{METRIC_LABEL}="{metric}"')

@@ -217,6 +217,12 @@ class NodeTelemetry:
         """A signal's reading by name; None where its exporter reported nothing for the node."""
         return next((value for key, value in self.readings if key == name), None)
 
+    def readings_per(self, name: str) -> list[tuple[str, float]]:
+        """(what, value) of every reading named `name:<what>` (a GPU, a switch), `what` in natural order."""
+        prefix = name + ":"
+        found = [(key.removeprefix(prefix), value) for key, value in self.readings if key.startswith(prefix)]
+        return sorted(found, key=lambda f: natural_key(f[0]))
+
     @property
     def memory_used_fraction(self) -> float | None:
         if self.fb_used_mib is None or not self.fb_total_mib:

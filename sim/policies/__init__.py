@@ -9,7 +9,7 @@ import random
 from dataclasses import fields
 
 from scoring.policy import BalancerPolicy
-from sim.policies.best_placement import BestPlacement
+from sim.policies.true_state import TrueState
 from sim.policies.cache_affinity import CacheAffinity
 from sim.policies.coolest_node import CoolestNode, Oracle
 from sim.policies.exporters import EPOCH, observed_samples, sim_time, telemetry_lag
@@ -24,7 +24,7 @@ from sim.policies.stock import Stock, StockGpuScored
 
 REGISTERED: tuple[type[Policy], ...] = (
     Stock, StockGpuScored, LowNodeUtilization, Spread, LowNodeUtilizationActual, LoadAware, GpuBalancer,
-    GpuBalancerServing, Oracle, CoolestNode, BestPlacement, CacheAffinity,
+    GpuBalancerServing, Oracle, CoolestNode, TrueState, CacheAffinity,
 )
 
 
@@ -45,11 +45,11 @@ oracle."""
 
 def policies_for(scenario) -> tuple[str, ...]:
     """The policies a scenario compares: every scenario the same line-up; where a fleet condition
-    is on, the reference that knows it (`best-placement`) too, and where replicas start cold the
+    is on, the reference that knows it (`true-state`) too, and where replicas start cold the
     peer that uses the cache (`cache-affinity`)."""
     conditions = scenario.conditions
     peers = POLICIES + (("cache-affinity",) if conditions.cold_start.enabled else ())
-    return peers + ("best-placement",) if any(getattr(conditions, f.name).enabled for f in fields(conditions)) \
+    return peers + ("true-state",) if any(getattr(conditions, f.name).enabled for f in fields(conditions)) \
         else peers
 
 
@@ -61,7 +61,7 @@ def make_policy(name: str, seed: int, balancer: BalancerPolicy | None = None) ->
     return POLICY_CLASSES[name](rng)
 
 
-__all__ = ["EPOCH", "POLICIES", "POLICY_ABOUT", "POLICY_CLASSES", "REGISTERED", "SERVING_POLICY", "BestPlacement",
+__all__ = ["EPOCH", "POLICIES", "POLICY_ABOUT", "POLICY_CLASSES", "REGISTERED", "SERVING_POLICY", "TrueState",
            "CacheAffinity", "CoolestNode",
            "GpuBalancer", "GpuBalancerServing", "LoadAware", "LowNodeUtilization", "LowNodeUtilizationActual",
            "Oracle", "Policy", "Spread", "Stock", "StockGpuScored", "claim_book", "make_policy", "observed_samples",

@@ -30,6 +30,7 @@ from scoring.ingest.series import Series, aggregate_samples, build_snapshot, ksm
 from scoring.ingest.serving import (ServingReplica, SustainedServing, latency_label, pressure_of, target_for,
                                     with_peers, with_serving, workload_of_pod)
 from scoring.ingest.signals import host_cpu
+from scoring.ingest.signals.registry import configured
 from scoring.ingest.telemetry import ClusterSnapshot, WindowStats
 from scoring.policy import BalancerPolicy, default_policy
 from sim.engine import cluster_objects, recreate
@@ -108,6 +109,7 @@ class GpuBalancer(Stock):
         self._advised = self._feasible = self._followed = 0
         self._preferred: dict[str, tuple[str, ...]] = {}
         self._book: ClaimBook | None = None
+        self._memory: dict[str, deque[tuple[int, list[Series]]]] = {}
 
     def reads_serving(self, world: World) -> bool:
         """Whether its heat model reads the replicas' serving series: as the shipped product, where
@@ -152,12 +154,43 @@ class GpuBalancer(Stock):
         # kube-state-metrics' kube_node_labels, as a cluster exporting the topology labels shows them.
         node_labels = [Series({"node": n.name, **{ksm_label_name(k): n.labels[k] for k in keys if k in n.labels}}, 1.0)
                        for n in world.nodes.values()]
-        snapshot = build_snapshot(aggregate_samples(samples) | host_rows(world, lag), taken_at=now,
+        rows = self._remembered(world, lag, aggregate_samples(samples))
+        snapshot = build_snapshot(rows | host_rows(world, lag), taken_at=now,
                                   newest_sample_at=taken, node_labels=node_labels, topology_keys=keys)
         if self.reads_serving(world) and len(world.serving) > lag:
             snapshot = with_serving(snapshot, self.serving_replicas(world.serving[-1 - lag]))
         return snapshot, fleet_heat(snapshot, self.policy.heat, now=now,
                                     staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
+
+    def _remembered(self, world: World, lag: int, rows: dict[str, list[Series]]) -> dict[str, list[Series]]:
+        """The rows, those a signal remembers (`scoring.ingest.signals.registry.memories`) as each
+        row's highest over its span, as Prometheus' `max_over_time` of the record answers: the
+        rules record every tick, so the ticks since the last read are read from the exporters'
+        history too."""
+        remembered = [(signal, name, seconds) for signal in configured(self.policy.heat)
+                      for name, seconds in getattr(signal, "memory", {}).items() if seconds]
+        for signal, name, seconds in remembered:
+            span = int(seconds / world.scenario.tick_seconds)
+            kept = self._memory.setdefault(name, deque())
+            first = max(kept[-1][0] + 1 if kept else 0, world.tick - span + 1)
+            for tick in range(first, world.tick):
+                back = lag + world.tick - tick
+                if len(world.gpu_util) > back:
+                    found = signal.aggregate(observed_samples(world, back, self.policy.telemetry.busy))
+                    kept.append((tick, found.get(name, [])))
+            if kept and kept[-1][0] == world.tick:
+                kept.pop()
+            kept.append((world.tick, rows.get(name, [])))
+            while kept[0][0] <= world.tick - span:
+                kept.popleft()
+            highest: dict[tuple, Series] = {}
+            for _, found in kept:
+                for row in found:
+                    key = tuple(sorted(row.labels.items()))
+                    if key not in highest or row.value > highest[key].value:
+                        highest[key] = row
+            rows[name] = list(highest.values())
+        return rows
 
     def serving_replicas(self, observed: dict[str, tuple[str, float, float]]) -> dict[str, tuple[ServingReplica, ...]]:
         """What the serving queries would return for these replicas: vLLM's queue and TTFT p95."""

@@ -25,6 +25,7 @@ class RecordedNvml:
 
     NVMLError = NVMLError
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
+    NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = pynvml.NVML_PCIE_UTIL_TX_BYTES, pynvml.NVML_PCIE_UTIL_RX_BYTES
     nvmlEventTypeXidCriticalError = nvmlEventTypeXidCriticalError
 
     def __init__(self, gpus: list[dict], *, broken: set[int] = frozenset(), xid_events: list[tuple[int, int]] = ()):
@@ -72,6 +73,13 @@ class RecordedNvml:
             raise NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return reasons
 
+    def nvmlDeviceGetPcieThroughput(self, handle, counter):
+        """KB/s, as NVML answers it."""
+        tx_rx = self._gpu(handle).get("pcie_kbps")
+        if tx_rx is None:
+            raise NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return tx_rx[0 if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else 1]
+
     def nvmlDeviceGetMigMode(self, handle):
         return (1, 1) if self._gpu(handle).get("mig") else (0, 0)
 
@@ -112,7 +120,7 @@ class RecordedNvml:
 def h100_node(n: int = 8) -> list[dict]:
     return [{"uuid": f"GPU-6f1c2d3e-0000-4000-8000-00000000000{i}", "name": "NVIDIA H100 80GB HBM3",
              "pci": f"00000000:{0x18 + 0x10 * i:02X}:00.0", "temp": 40 + 5 * i, "power_mw": 100_000 + 50_000 * i,
-             "util": 12 * i, "used": (i * 9) * GIB,
+             "util": 12 * i, "used": (i * 9) * GIB, "pcie_kbps": (1000 * i, 3000 * i),
              # GPU 0 idle (its clocks parked), GPU 7 at 450 W held down by its power cap.
              "clock_reasons": pynvml.nvmlClocksEventReasonGpuIdle if i == 0 else
              pynvml.nvmlClocksEventReasonSwPowerCap if i == 7 else 0} for i in range(n)]

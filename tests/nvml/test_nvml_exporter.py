@@ -185,3 +185,12 @@ def test_a_gpu_without_clock_reasons_leaves_them_out_and_hides_no_other_gpus():
     reasons = [s for f in text_string_to_metric_families(text) if f.name == dcgm.CLOCK_THROTTLE_REASONS
                for s in f.samples]
     assert [s.labels["gpu"] for s in reasons] == ["1", "2"]
+
+
+def test_pcie_throughput_is_exported_in_bytes_a_second_and_left_out_where_nvml_cannot_tell():
+    gpus = h100_node(3)
+    gpus[0]["pcie_kbps"] = None
+    text = exposition(read_gpus(RecordedNvml(gpus), "n").samples)
+    families = {f.name: f.samples for f in text_string_to_metric_families(text)}
+    assert [(s.labels["gpu"], s.value) for s in families[dcgm.PCIE_TX_BYTES]] == [("1", 1000 * 1024), ("2", 2000 * 1024)]
+    assert [(s.labels["gpu"], s.value) for s in families[dcgm.PCIE_RX_BYTES]] == [("1", 3000 * 1024), ("2", 6000 * 1024)]

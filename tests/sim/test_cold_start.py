@@ -110,7 +110,7 @@ def test_the_cache_nodes_carry_fluids_label_and_cache_affinity_prefers_them_then
     assert [t["weight"] for t in terms] == [100, 50]
     assert terms[0]["preference"]["matchExpressions"][0]["key"] == label
     assert chosen in world.llm.cache.model_nodes
-    assert policies_for(named("llm-cold-start"))[-2:] == ("cache-affinity", "best-placement")
+    assert policies_for(named("llm-cold-start"))[-2:] == ("cache-affinity", "true-state")
 
 
 def test_switched_off_the_condition_leaves_the_world_as_it_was():

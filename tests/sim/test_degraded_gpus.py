@@ -76,8 +76,8 @@ def test_switched_off_the_condition_leaves_the_world_as_it_was():
     off = overridden(on, "conditions.degradedGpus.enabled", "false")
     assert build_world(off, 1).llm.conditions.stretch == {}
     # The scenario's failures are a condition too: only with both off does the reference go.
-    assert "best-placement" in policies_for(on) and "best-placement" in policies_for(off)
-    assert "best-placement" not in policies_for(overridden(off, "conditions.failures.enabled", "false"))
+    assert "true-state" in policies_for(on) and "true-state" in policies_for(off)
+    assert "true-state" not in policies_for(overridden(off, "conditions.failures.enabled", "false"))
     small_off = overridden(with_condition(degraded()), "conditions.degradedGpus.enabled", "false")
     assert placed(small_off, 2).llm.tally.ttft.weights.tolist() == placed(SMALL, 2).llm.tally.ttft.weights.tolist()
 
@@ -138,10 +138,10 @@ def _slowed_under_a_replica(episode_seconds: float):
     return world, key
 
 
-def test_best_placement_moves_a_replica_off_a_gpu_that_stays_slow_long_enough_to_pay_and_only_then():
+def test_true_state_moves_a_replica_off_a_gpu_that_stays_slow_long_enough_to_pay_and_only_then():
     from sim.policies import make_policy
 
     for episode, moved in ((36000.0, True), (60.0, False)):
         world, key = _slowed_under_a_replica(episode)
-        make_policy("best-placement", 1).deschedule(world)
+        make_policy("true-state", 1).deschedule(world)
         assert (key not in world.pods) == moved and world.evictions == int(moved), episode

@@ -21,6 +21,20 @@ Rows = Mapping[str, Sequence[Series]]
 NodeOf = Callable[[Series], str]
 
 
+def remembered(expression: str, seconds: int) -> str:
+    """`expression`'s rows now, and those it had over the last `seconds` but not now at the highest
+    each reached, for a raw read: a subquery at a twelfth of the span (30 s at least), so its
+    cost is a dozen evaluations more. Subquery steps fall on multiples of the step, so a row that
+    lasted less than one may be missed. Through the recording rules the reader asks
+    `max_over_time` of the record instead (`scoring.ingest.recording.recorded_query`)."""
+    return f"({expression}) or {highest_over(expression, seconds)}"
+
+
+def highest_over(expression: str, seconds: int) -> str:
+    """`remembered`'s subquery: each row's highest over the span, at the steps it falls on."""
+    return f"max_over_time(({expression})[{seconds}s:{max(30, seconds // 12)}s])"
+
+
 class NodeSignal(Protocol):
     """One signal, end to end. Its queries must answer a few rows per node (or per unit with a
     problem), so the recording rules record them as they are (`scoring.ingest.recording`)."""
@@ -29,6 +43,11 @@ class NodeSignal(Protocol):
     exporters: tuple[str, ...]
     """Whose series it reads. A signal of dcgm-exporter's series reads GPU samples the same way
     (`aggregate`); one of other exporters' has no GPU samples to aggregate."""
+
+    memory: Mapping[str, int]
+    """Optional: row sets read as the highest each row reached over the last so many seconds, not
+    as now (`remembered`), for a condition that comes and goes, or hides while a GPU idles. A
+    signal without it reads every row set as now."""
 
     def queries(self, matchers: str) -> dict[str, str]:
         """Instant PromQL by row-set name; `matchers` is the policy's series selector."""

@@ -23,7 +23,7 @@ from typing import Any
 from scoring import dcgm
 from scoring.ingest.rows import Series, selector
 from scoring.ingest.signals.base import BY_UNIT, NodeOf, Rows
-from scoring.ingest.telemetry import GpuSample, NodeTelemetry, natural_key, unit_id
+from scoring.ingest.telemetry import GpuSample, NodeTelemetry, unit_id
 from scoring.plugins import Registration
 from scoring.policy import HeatPolicy
 from scoring.tiers import Tier, Verdict
@@ -39,9 +39,16 @@ class Args:
     """Under this share of its model's median clock under load, a GPU is degraded (module docstring)."""
     busy_percent: float = 50.0
     """A GPU at or over this GPU_UTIL is under load: its clock says how fast it runs (assumption)."""
+    memory_seconds: int = 3600
+    """A GPU found degraded stays so this long after it was last seen so (0: only while seen). An
+    idle GPU parks its clock, so without it a slow GPU nobody holds looks healthy, and the next pod
+    may be given it; slow-but-alive episodes last from tens of seconds to nearly ten hours (FALCON,
+    arXiv 2410.12588), an outlier for good. The hour: assumption."""
 
     def validate(self) -> list[str]:
         problems = []
+        if self.memory_seconds < 0:
+            problems.append(f"memorySeconds: must be 0 or more, got {self.memory_seconds}")
         if not 0 < self.clock_share_of_peers < 1:
             problems.append(f"clockShareOfPeers: must be in (0, 1), got {self.clock_share_of_peers}")
         if not 0 < self.busy_percent <= 100:
@@ -51,12 +58,7 @@ class Args:
 
 def degraded_gpus(node: NodeTelemetry) -> list[tuple[str, float, float]]:
     """(unit, its clock, its model's median clock) for each degraded GPU of the node, in unit order."""
-    found = []
-    for key, clock in node.readings:
-        if key.startswith(CLOCK + ":"):
-            unit = key.split(":", 1)[1]
-            found.append((unit, clock, node.reading(f"{PEERS}:{unit}") or 0.0))
-    return sorted(found, key=lambda f: natural_key(f[0]))
+    return [(unit, clock, node.reading(f"{PEERS}:{unit}") or 0.0) for unit, clock in node.readings_per(CLOCK)]
 
 
 class Degraded:
@@ -65,6 +67,7 @@ class Degraded:
 
     def __init__(self, args: Args = Args()) -> None:
         self.args = args
+        self.memory = {"degraded_clocks": args.memory_seconds}
 
     def queries(self, matchers: str) -> dict[str, str]:
         held = dcgm.reason_bits_set(f"max by ({BY_UNIT}) ({selector(dcgm.CLOCK_THROTTLE_REASONS, matchers)})",

@@ -33,8 +33,8 @@ VARIANTS = {
                       "{name: host_cpu}, {name: degraded}]\n",
     "no degraded memory": "heat:\n  signals: [{name: temperature}, {name: throttling}, {name: health}, "
                           "{name: host_cpu}, {name: degraded, args: {memorySeconds: 0}}, {name: pcie}]\n",
-    "degraded strategy on": "descheduler:\n  strategies: [{name: health}, {name: degraded}, {name: utilisation}, "
-                            "{name: throttling}, {name: serving}]\n",
+    "degraded strategy off": "descheduler:\n  strategies: [{name: health}, {name: utilisation}, "
+                             "{name: throttling}, {name: serving}]\n",
 }
 """Built-in variants (issue 47, items 2 and 3), each a policy document over the defaults."""
 

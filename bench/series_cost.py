@@ -56,6 +56,11 @@ def main() -> None:
                     "raw degraded_clocks": queries["degraded_clocks"],
                     "raw peer_clocks": queries["peer_clocks"],
                     "recorded degraded_clocks": recording.record_selector("degraded_clocks", ours),
+                    # Its memory (an hour), as a recorded read asks it: max_over_time of the record. (The
+                    # raw read's subquery evaluates the raw query a dozen times over an hour of samples,
+                    # which a fleet loaded minutes ago does not have, so it is not timed here.)
+                    "recorded degraded_clocks remembered": recording.recorded_query(
+                        "degraded_clocks", queries["degraded_clocks"], ours, memory_seconds=3600),
                     # PCIe neighbours (issue 47, item 2): every GPU's bytes, mapped to switches.
                     "raw pcie_busy_switches": queries["pcie_busy_switches"],
                     "raw pcie_free_gpus": queries["pcie_free_gpus"],

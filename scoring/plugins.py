@@ -26,8 +26,6 @@ class Registration(Generic[T]):
     args: type
     """A frozen dataclass of its arguments, each with its default (`PluginArgs`)."""
     build: Callable[[Any], T]
-    on_by_default: bool = True
-    """Whether a policy that chooses none gets it; an opt-in plugin is named to be used."""
 
 
 @dataclass(frozen=True)
@@ -41,11 +39,10 @@ class NoArgs:
 def build_all(choices: Sequence[PluginChoice], registered: Mapping[str, Registration[T]], where: str,
               kind: str) -> tuple[T, ...]:
     """The chosen plugins, in order, each built from its arguments; none chosen: every registered
-    one that is on by default, with its defaults, in the registry's order. PolicyError naming the
+    one with its defaults, in the registry's order. PolicyError naming the
     entry (`where[i].name`, `where[i].args.key`) for an unknown name or an argument that does not fit."""
     if not choices:
-        return tuple(registration.build(registration.args()) for registration in registered.values()
-                     if registration.on_by_default)
+        return tuple(registration.build(registration.args()) for registration in registered.values())
     built = []
     for i, choice in enumerate(choices):
         entry = f"{where}[{i}]"

@@ -18,6 +18,7 @@ FORMATS = {"ttft_p99_ms": "{:.0f}", "ttft_p50_ms": "{:.0f}", "tpot_p99_ms": "{:.
            "slo_attainment": "{:.2%}", "ttft_p99_at_even_contention_ms": "{:.0f}", "retried_requests_percent": "{:.3f}",
            "node_util_cov": "{:.3f}", "ttft_p99_sensitive_ms": "{:.0f}", "evictions": "{:.0f}", "pending_pods": "{:.2f}",
            "evictions_per_pod_hour_percent": "{:.2f}", "training_jobs_in_one_clique": "{:.0%}",
+           "training_step_ratio": "{:.3f}",
            "advice_feasible": "{:.1%}", "advice_followed": "{:.1%}",
            "placed_on_avoided": "{:.1%}", "requests_on_degraded_gpu_percent": "{:.2f}",
            "ttft_p99_unlimited_ms": "{:.0f}", "time_to_ready_p50_s": "{:.0f}", "time_to_ready_p99_s": "{:.0f}"}
@@ -35,6 +36,8 @@ LABELS = {
     "pending_pods": ("pending pods (mean)", "pods waiting for a node, time-averaged"),
     "evictions_per_pod_hour_percent": ("evictions (%/pod-h)", "evictions per running pod per hour, in percent"),
     "training_jobs_in_one_clique": ("jobs in one clique (%)", "training jobs whose workers share one NVLink clique"),
+    "training_step_ratio": ("training step / ideal", "training jobs' mean step time over their ideal (fastest GPUs, "
+                                                      "uncapped, one NVLink domain)"),
     "advice_feasible": ("advice feasible (%)", "advised pods whose every preferred node could take them"),
     "advice_followed": ("advice followed (%)", "advised pods that bound to one of their preferred nodes"),
     "placed_on_avoided": ("on avoided nodes (%)", "new pods bound to a node gpu-balancer's advice avoids (hot or unhealthy)"),

@@ -99,6 +99,8 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
         waits = np.asarray(world.llm.ready_waits)
         metrics["time_to_ready_p50_s"] = float(np.percentile(waits, 50))
         metrics["time_to_ready_p99_s"] = float(np.percentile(waits, 99))
+    if world.llm.training_steps:
+        metrics["training_step_ratio"] = fmean(world.llm.training_steps)
     if tally.ttft_sensitive.weights.any():
         metrics["ttft_p99_sensitive_ms"] = tally.ttft_sensitive.quantile(0.99)
     metrics.update(policy.advice_metrics())

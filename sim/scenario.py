@@ -154,6 +154,13 @@ class TrainingShape:
     workers: tuple[int, ...] = (2, 4)
     gpus_per_worker: int = 4
     duration_hours: tuple[float, ...] = (1.0, 2.0)
+    exposed_allreduce_share: float = 0.1
+    """Share of a data-parallel step spent in the gradient all-reduce that backward does not hide,
+    inside one NVLink domain: assumption (`sim.llm.training`)."""
+    cross_clique_allreduce_stretch: float = 2.7
+    """How much longer that all-reduce takes across NVLink domains, over the network: 232.5 GB/s
+    bus bandwidth inside one 8-A100 node, 86 GB/s across two with four 200 Gb/s NICs each
+    (NVIDIA/nccl-tests #175, all_reduce_perf)."""
 
 
 @dataclass(frozen=True)
@@ -684,6 +691,8 @@ def _ranges(scenario: Scenario) -> list[tuple[str, bool, str]]:
         ("training.workers", bool(tr.workers) and all(1 <= w <= total_nodes * 16 for w in tr.workers),
          f"a non-empty list of 1 to {total_nodes * 16}"),
         within("training.gpusPerWorker", tr.gpus_per_worker, 1, 16),
+        within("training.exposedAllreduceShare", tr.exposed_allreduce_share, 0, 1),
+        within("training.crossCliqueAllreduceStretch", tr.cross_clique_allreduce_stretch, 1, 100),
         ("training.durationHours", bool(tr.duration_hours) and all(h > 0 for h in tr.duration_hours),
          "a non-empty list of hours, each more than 0"),
         within("events.burstPods", ev.burst_pods, 0, 100_000), within("events.failedNodes", ev.failed_nodes, 0, total_nodes),

@@ -15,7 +15,7 @@ REGISTERED: dict[str, Registration[Strategy]] = {r.name: r for r in (
     health.REGISTRATION, degraded.REGISTRATION, utilisation.REGISTRATION, throttling.REGISTRATION,
     serving.REGISTRATION)}
 """In the order a node is offered to them: pods on a failed GPU serve nothing, so they go first;
-pods on a degraded GPU are named exactly, so they come next (`degraded` is opt-in); then nodes hot
+pods on a degraded GPU are named exactly, so they come next; then nodes hot
 on utilisation, on clocks held down, and last on serving figures alone."""
 
 

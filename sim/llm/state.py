@@ -131,5 +131,7 @@ class ServingWorld:
     """Seconds from each new replica's creation to its serving: its wait for a node, then its start."""
     host_readings: list[dict[str, "HostReading"]] = field(default_factory=list)
     """Per tick where `host` is on: node → what node_exporter and cAdvisor show of its CPU."""
+    training_steps: list[float] = field(default_factory=list)
+    """Per tick and running training job: its step time over its ideal (`sim.llm.training`)."""
     pcie_traffic: dict[str, dict[int, Traffic]] = field(default_factory=dict)
     """This tick, where PCIe neighbours are a condition: node → GPU → its host↔device traffic."""

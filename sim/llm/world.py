@@ -57,7 +57,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.llm.engine import GPU_MEMORY_UTILIZATION, Knobs
-from sim.llm import host, pcie, startup
+from sim.llm import host, pcie, startup, training
 from sim.llm.gpus import DEGRADED_STRETCH, HW_SLOWDOWN
 from sim.llm.hardware import Gpu, Model, gpu_of_product, mig_slice, model_named
 from sim.llm.profile import QUANTILES, ReplicaProfile, profile
@@ -367,11 +367,28 @@ def measure(world: World):
         work[name] = 100 * busy_units / world.units[name]
     _serve(world, rows, serving, world.scenario.tick_seconds)
     _serve_lost(world, profiles)
+    _time_training_steps(world, power_excess)
     world.history.append({n: _mean_reported(per_gpu[n]) for n in up})
     world.gpu_util.append(dict(per_gpu))
     world.gpu_readings.append(dict(readings))
     world.serving.append(serving)
     return TickSample(work, len(world.pending()))
+
+
+def _time_training_steps(world: World, power_excess: dict[str, float]) -> None:
+    """Each training job whose workers all run: its step time over its ideal this tick
+    (`sim.llm.training`), into `world.llm.training_steps`."""
+    workers: dict[str, list[SimPod]] = defaultdict(list)
+    for pod in world.pods.values():
+        if pod.training_job is not None:
+            workers[pod.training_job].append(pod)
+    for job, pods in workers.items():
+        if not all(p.node is not None and p.node in power_excess for p in pods):
+            continue
+        stretches = [training.worker_stretch(held_stretch(world, p.node, units_held(world, p)), power_excess[p.node])
+                     for p in pods]
+        cliques = {world.nodes[p.node].labels.get("nvidia.com/gpu.clique", p.node) for p in pods}
+        world.llm.training_steps.append(training.step_ratio(world.scenario.training, stretches, len(cliques)))
 
 
 def _route_traffic(world: World, profiles: _Profiles) -> None:

@@ -18,7 +18,7 @@ from tests.descheduler.helpers import NOW, cluster, node_obj, pod_obj, window
 from tests.descheduler.test_health_and_throttling import telemetry
 
 POLICY = parse_policy("descheduler:\n  strategies: [{name: health}, {name: degraded}, {name: utilisation}]\n").descheduler
-"""The strategy is opt-in: named here."""
+"""The strategies this file exercises, named (the degraded strategy among them, as by default)."""
 
 
 def slow_node(clock: float = 1320.0, holder: str | None = "p3"):
@@ -66,11 +66,12 @@ def test_a_degraded_gpu_no_pod_holds_moves_nothing_and_says_so():
     assert "slow-a has a degraded GPU (GPU 3) and no workload pod on it to move" in result.notes
 
 
-def test_it_is_registered_after_health_and_opt_in():
+def test_it_runs_after_health_by_default_and_a_policy_can_leave_it_out():
     assert list(REGISTERED)[:2] == ["health", "degraded"]
-    assert [s.name for s in configure(DeschedulerPolicy())] == ["health", "utilisation", "throttling", "serving"]
-    chosen = parse_policy("descheduler:\n  strategies: [{name: health}, {name: degraded}]\n").descheduler
-    assert [s.name for s in configure(chosen)] == ["health", "degraded"]
+    assert [s.name for s in configure(DeschedulerPolicy())] == ["health", "degraded", "utilisation", "throttling",
+                                                                "serving"]
+    chosen = parse_policy("descheduler:\n  strategies: [{name: health}, {name: utilisation}]\n").descheduler
+    assert [s.name for s in configure(chosen)] == ["health", "utilisation"]
 
 
 def test_a_slow_replica_whose_peers_could_not_take_its_traffic_stays():

@@ -86,6 +86,9 @@ def main() -> None:
               f"evictions {fmean(m['evictions'] for m in got):.1f}  "
               f"on a degraded GPU {fmean(m.get('requests_on_degraded_gpu_percent', 0.0) for m in got):.2f} %  "
               f"per seed: {per_seed}")
+        if unlimited := [m["ttft_p99_unlimited_ms"] for m in got if "ttft_p99_unlimited_ms" in m]:
+            print(f"  {'':24s} services without CPU limits: TTFT p99 {fmean(unlimited):,.0f} "
+                  f"[{min(unlimited):,.0f}–{max(unlimited):,.0f}], per seed: {', '.join(f'{u:,.0f}' for u in unlimited)}")
 
 
 if __name__ == "__main__":

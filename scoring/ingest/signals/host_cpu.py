@@ -1,6 +1,6 @@
 """The host-CPU signal: a model server's engine loop needs its cores on time, and a node whose CPUs
-are contended, or whose GPU pods' containers are held at their CPU quota, serves slower whatever
-its GPUs' duty cycle says. Pure, no I/O.
+are contended serves slower whatever its GPUs' duty cycle says; a GPU pod's container held at its
+own CPU quota is slow on any node, so it is said, not held against the node. Pure, no I/O.
 
 Two readings, each from the series a real exporter publishes, over `rateWindowSeconds`:
 - **waiting**: the share of time some task on the node waited for a CPU, node_exporter's pressure
@@ -12,8 +12,8 @@ Two readings, each from the series a real exporter publishes, over `rateWindowSe
 Why it matters (README, "Host pressure"): vLLM issue #49460 measured a replica limited to 6 CPUs
 throttled nearly all the time, its inter-token latency going from 7–9 ms to 68–93 ms while its GPU
 was 7–12 % busy. The bars: throttled in a quarter of the periods is the kubernetes-mixin's
-`CPUThrottlingHigh` alert; the same quarter of time waiting, and a tenth for warm, are
-assumptions. node_exporter and the kubelet label series by node differently from dcgm-exporter, so
+`CPUThrottlingHigh` alert (said on the node, which stays cool for it: `verdicts`); the same
+quarter of time waiting, and a tenth for warm, are assumptions. node_exporter and the kubelet label series by node differently from dcgm-exporter, so
 the queries copy the node's name from `nodeLabel` into `node` (dropping a `:port`), and leave the
 policy's DCGM series matchers out.
 """
@@ -115,6 +115,10 @@ class HostCpu:
         return found
 
     def verdicts(self, node: NodeTelemetry, policy: HeatPolicy) -> list[Verdict]:
+        """Waiting heats the node. Throttling is said but leaves the node cool: a container held at
+        its own CPU limit runs as slowly on any node (CFS is work-conserving, so it takes nothing
+        from its neighbours), and a node marked hot for it only pushes new pods onto the nodes
+        whose CPUs are contended (BENCHMARKS, "Host CPU: throttling is the pod's, not the node's")."""
         verdicts = []
         for reading, what in ((WAITING, "tasks waiting for a CPU"), (THROTTLED, "a GPU pod's CPU throttled")):
             share = node.reading(reading)
@@ -122,12 +126,17 @@ class HostCpu:
                 continue
             tier, bar = (Tier.HOT, self.args.hot_share) if share >= self.args.hot_share else (
                 Tier.WARM, self.args.warm_share)
-            verdicts.append((tier, f"{PREFIX}: {what} {share:.0%} of the time ≥ {bar:.0%}"))
+            if reading == THROTTLED:
+                verdicts.append((Tier.COOL, f"{PREFIX}: {what} {share:.0%} of the time ≥ {bar:.0%} "
+                                            "at its own limit (raise the limit; moving it does not help)"))
+            else:
+                verdicts.append((tier, f"{PREFIX}: {what} {share:.0%} of the time ≥ {bar:.0%}"))
         return verdicts
 
     def explain(self, reasons: Sequence[str]) -> str | None:
-        """e.g. "host CPU contended"."""
-        return f"{PREFIX} contended" if any(reason.startswith(PREFIX) for reason in reasons) else None
+        """e.g. "host CPU contended" (a throttled pod's own limit is not the node's contention)."""
+        return f"{PREFIX} contended" if any(reason.startswith(f"{PREFIX}: tasks waiting") for reason in reasons) \
+            else None
 
 
 REGISTRATION = Registration(NAME, Args, HostCpu)

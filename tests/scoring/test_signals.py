@@ -24,14 +24,17 @@ SPEC = FleetSpec(nodes=4, gpus_per_node=4, profile="failing", seed=3)
 def samples():
     """The failing fleet (one node with XID 79), with clocks held down on some GPUs: by the
     power cap on node 1's first three, by heat on node 2's first; node 0's GPU 3 an outlier whose
-    clock under load is 1,320 MHz where its peers boost to 1,980; idle GPUs parked at 345."""
+    clock under load is 1,320 MHz where its peers boost to 1,980; idle GPUs parked at 345; and a
+    fifth node whose GPU 0 moves 20 GB/s over PCIe (an offloading trainer's) beside its free GPU 1."""
     found = []
     for s in generate_fleet(SPEC):
         index = int(s.gpu)
         reasons = 0x4 if s.node.endswith("01") and index < 3 else 0x20 if s.node.endswith("02") and index == 0 else 0
         clock = 345.0 if not s.util_percent else 1320.0 if s.node.endswith("00") and index == 3 else 1980.0
         found.append(replace(s, clock_reasons=reasons, sm_clock_mhz=clock))
-    return found
+    trainer, free = (replace(s, node=SPEC.node_name(4), uuid=f"{s.uuid}-4") for s in found[:2])
+    return found + [replace(trainer, pcie_rx_bytes=12e9, pcie_tx_bytes=8e9),
+                    replace(free, util_percent=0.0, sm_clock_mhz=345.0, pod=None)]
 
 
 @pytest.mark.parametrize("signal", [s for s in registry.SIGNALS if "dcgm-exporter" in s.exporters],
@@ -65,3 +68,5 @@ def test_every_signal_judges_through_the_heat_model_and_explains_itself():
     assert warm.tier is Tier.WARM and warm.throttled == "heat"
     sick = [h for h in heats.values() if h.tier is Tier.UNHEALTHY]
     assert len(sick) == 1 and sick[0].failed_gpus and registry.explain(sick[0].reasons) is None
+    shared = heats[SPEC.node_name(4)]
+    assert shared.tier is Tier.WARM and registry.explain(shared.reasons) == "PCIe busy: switch 0"

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -84,7 +85,7 @@ def test_weighted_quantile_weights_requests():
 def test_built_in_scenarios_exist_and_scenario_files_are_validated():
     assert set(BUILT_IN) == {"skewed-inference", "burst", "training-mix", "node-failure", "mixed-pools", "llm-fleet", "llm-training-mix",
                              "llm-shared-gpus", "latency-sensitivity", "llm-degraded-gpus", "llm-cpu-neighbours",
-                             "llm-cold-start"}
+                             "llm-cold-start", "llm-pcie-neighbours"}
     scenario = load_scenario("name: mine\nhours: 1\nfleet: {nodes: 12, gpusPerNode: 4}\ninference: {services: 6}\n")
     assert (scenario.fleet.nodes, scenario.fleet.gpus_per_node, scenario.inference.services) == (12, 4, 6)
     from scoring.policy import PolicyError
@@ -248,3 +249,13 @@ def test_simulate_set_overrides_a_field_by_its_path_and_names_a_bad_one():
         refused = cli("simulate", "--scenario", "llm-fleet", "--set", setting)
         assert refused.returncode == 2 and says in refused.stderr, (setting, refused.stderr)
         assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_the_readmes_scenario_file_example_loads_as_written():
+    """Its every field, the conditions' rates in YAML 1.1's float form (a bare `5.2e9` is a string)."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    at = text.index("conditions:                   # fleet conditions")
+    example = text[text.rfind("```yaml", 0, at) + len("```yaml"):text.index("```", at)]
+    scenario = load_scenario(example)
+    assert scenario.conditions.cold_start.image_bytes == 5.2e9
+    assert scenario.conditions.pcie_neighbours.uplink_bytes_per_second == 63e9

@@ -6,9 +6,10 @@ no I/O.
 The share a move recovers is 1 − the GPU's clock over its peers' median (a step stretches as the
 clock falls: the assumption the serving world's degraded GPUs make too). Judged on what the signal
 reads, which remembers a slow GPU for its `memorySeconds`: an outlier GPU stays slow, and a
-hardware slowdown short enough not to pay is priced by the same rule's horizon. A slow replica still serves; evicting it serves nothing until its
-replacement is ready, so it stays where its workload's other replicas could not take its traffic
-meanwhile (the serving strategy's rule, `would_overload_peers`)."""
+hardware slowdown short enough not to pay is priced by the same rule's horizon. A slow replica
+still serves; evicting it serves nothing until its replacement is ready, so it stays where its
+workload's other replicas could not take its traffic meanwhile (the serving strategy's rule,
+`would_overload_peers`)."""
 
 from __future__ import annotations
 

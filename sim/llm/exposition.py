@@ -1,7 +1,8 @@
 """A simulated serving-world run as its exporters would serve it, tick by tick: dcgm-exporter's
 text (GPU_UTIL, framebuffer, power and its limit, temperature, SM clock, clock-event reasons and
-the profiling fields, PCIe bytes among them where PCIe neighbours are a condition) and vLLM's (batch, queue, KV cache, TTFT). Pure; `fake-dcgm --scenario` and
-`fake-serving --scenario` serve it."""
+the profiling fields, PCIe bytes among them where PCIe neighbours are a condition) and vLLM's
+(batch, queue, KV cache, TTFT). Pure; `fake-dcgm --scenario` and `fake-serving --scenario` serve
+it."""
 
 from __future__ import annotations
 

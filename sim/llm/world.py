@@ -218,7 +218,7 @@ def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
         for pod in pods:
             held = units_held(world, pod)
             gpus = {gpu_of_unit(u, gpu_total) for u in held}
-            switches = {g // co.gpus_per_pcie_switch for g in gpus}
+            switches = {pcie.switch_of(g, co.gpus_per_pcie_switch) for g in gpus}
             placed.append((pod, held[0], switches, gpus))
             if lanes.enabled:
                 moved = _pcie_traffic(world, pod)

@@ -30,7 +30,7 @@ from scoring.ingest.series import Series, aggregate_samples, build_snapshot, ksm
 from scoring.ingest.serving import (ServingReplica, SustainedServing, latency_label, pressure_of, target_for,
                                     with_peers, with_serving, workload_of_pod)
 from scoring.ingest.signals import host_cpu
-from scoring.ingest.signals.registry import configured
+from scoring.ingest.signals.registry import remembering
 from scoring.ingest.telemetry import ClusterSnapshot, WindowStats
 from scoring.policy import BalancerPolicy, default_policy
 from sim.engine import cluster_objects, recreate
@@ -163,13 +163,11 @@ class GpuBalancer(Stock):
                                     staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
 
     def _remembered(self, world: World, lag: int, rows: dict[str, list[Series]]) -> dict[str, list[Series]]:
-        """The rows, those a signal remembers (`scoring.ingest.signals.registry.memories`) as each
+        """The rows, those a signal remembers (`scoring.ingest.signals.registry.remembering`) as each
         row's highest over its span, as Prometheus' `max_over_time` of the record answers: the
         rules record every tick, so the ticks since the last read are read from the exporters'
         history too."""
-        remembered = [(signal, name, seconds) for signal in configured(self.policy.heat)
-                      for name, seconds in getattr(signal, "memory", {}).items() if seconds]
-        for signal, name, seconds in remembered:
+        for signal, name, seconds in remembering(self.policy.heat):
             span = int(seconds / world.scenario.tick_seconds)
             kept = self._memory.setdefault(name, deque())
             first = max(kept[-1][0] + 1 if kept else 0, world.tick - span + 1)

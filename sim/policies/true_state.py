@@ -4,8 +4,8 @@ exporter shows whole, and places by it. Pure.
 
 It was called `best-placement` while it bounded every policy on every seed of the condition
 scenarios; on `llm-pcie-neighbours`, where the condition moves latency less than placement's other
-effects (queues, power), policies beat it on 28 of 48 policy-seeds, so it is no bound there and is
-named for what it reads, not for what it wins.
+effects (one seed's queue decides most), policies beat it on 28 of 48 policy-seeds, so it is no
+bound there and is named for what it reads, not for what it wins.
 
 A serving replica's share of its service's traffic does not depend on where it runs (traffic is
 split evenly over ready replicas), so where it runs changes only how soon it serves and how fast

@@ -13,7 +13,8 @@ Why it matters (README, "Host pressure"): vLLM issue #49460 measured a replica l
 throttled nearly all the time, its inter-token latency going from 7–9 ms to 68–93 ms while its GPU
 was 7–12 % busy. The bars: throttled in a quarter of the periods is the kubernetes-mixin's
 `CPUThrottlingHigh` alert (said on the node, which stays cool for it: `verdicts`); the same
-quarter of time waiting, and a tenth for warm, are assumptions. node_exporter and the kubelet label series by node differently from dcgm-exporter, so
+quarter of time waiting, and a tenth for warm, are assumptions. node_exporter and the kubelet
+label series by node differently from dcgm-exporter, so
 the queries copy the node's name from `nodeLabel` into `node` (dropping a `:port`), and leave the
 policy's DCGM series matchers out.
 """
@@ -38,6 +39,8 @@ WAITING, THROTTLED = f"{NAME}_waiting", f"{NAME}_throttled"
 each a share of time, 0–1."""
 PREFIX = "host CPU"
 """The reason prefix of its verdicts."""
+CONTENDED = f"{PREFIX}: tasks waiting for a CPU"
+"""How a verdict on the node's own contention begins: the one reason a pod steered away hears of."""
 
 
 @dataclass(frozen=True)
@@ -120,23 +123,20 @@ class HostCpu:
         from its neighbours), and a node marked hot for it only pushes new pods onto the nodes
         whose CPUs are contended (BENCHMARKS, "Host CPU: throttling is the pod's, not the node's")."""
         verdicts = []
-        for reading, what in ((WAITING, "tasks waiting for a CPU"), (THROTTLED, "a GPU pod's CPU throttled")):
+        for reading, what, after in ((WAITING, CONTENDED, ""), (THROTTLED, f"{PREFIX}: a GPU pod's CPU throttled",
+                                     " at its own limit (raise the limit; moving it does not help)")):
             share = node.reading(reading)
             if share is None or share < self.args.warm_share:
                 continue
             tier, bar = (Tier.HOT, self.args.hot_share) if share >= self.args.hot_share else (
                 Tier.WARM, self.args.warm_share)
-            if reading == THROTTLED:
-                verdicts.append((Tier.COOL, f"{PREFIX}: {what} {share:.0%} of the time ≥ {bar:.0%} "
-                                            "at its own limit (raise the limit; moving it does not help)"))
-            else:
-                verdicts.append((tier, f"{PREFIX}: {what} {share:.0%} of the time ≥ {bar:.0%}"))
+            verdicts.append((tier if reading == WAITING else Tier.COOL,
+                             f"{what} {share:.0%} of the time ≥ {bar:.0%}{after}"))
         return verdicts
 
     def explain(self, reasons: Sequence[str]) -> str | None:
         """e.g. "host CPU contended" (a throttled pod's own limit is not the node's contention)."""
-        return f"{PREFIX} contended" if any(reason.startswith(f"{PREFIX}: tasks waiting") for reason in reasons) \
-            else None
+        return f"{PREFIX} contended" if any(reason.startswith(CONTENDED) for reason in reasons) else None
 
 
 REGISTRATION = Registration(NAME, Args, HostCpu)

@@ -32,10 +32,15 @@ def configured(policy: HeatPolicy) -> tuple[NodeSignal, ...]:
     return _built[key]
 
 
+def remembering(policy: HeatPolicy) -> list[tuple[NodeSignal, str, int]]:
+    """(signal, row set, seconds) for every row set a signal the policy turns on remembers."""
+    return [(signal, name, seconds) for signal in configured(policy)
+            for name, seconds in getattr(signal, "memory", {}).items() if seconds]
+
+
 def memories(policy: HeatPolicy) -> dict[str, int]:
-    """Row set → the seconds it is remembered over, for every signal the policy turns on that keeps one."""
-    return {name: seconds for signal in configured(policy)
-            for name, seconds in getattr(signal, "memory", {}).items() if seconds}
+    """Row set → the seconds it is remembered over (`remembering`), as the readers ask it."""
+    return {name: seconds for _, name, seconds in remembering(policy)}
 
 
 def queries(matchers: str, policy: HeatPolicy) -> dict[str, str]:

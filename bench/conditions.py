@@ -26,7 +26,8 @@ from sim.scenario import named, overridden  # noqa: E402
 from sim.seeds import parse_seeds  # noqa: E402
 
 CONDITIONS = {"llm-degraded-gpus": ("degradedGpus", "failures"), "llm-cpu-neighbours": ("cpuNeighbours",),
-              "llm-cold-start": ("coldStart",), "llm-pcie-neighbours": ("pcieNeighbours",)}
+              "llm-cold-start": ("coldStart",), "llm-pcie-neighbours": ("pcieNeighbours",),
+              "llm-tp-disagg": ("topology",)}
 """Each condition scenario built so far, and its conditions' keys under `conditions:`."""
 NEVER_EVICT = ("stock", "spread", "load-aware", "coolest-node", "cache-affinity", "true-state")
 """The policies that place and never evict: with a condition off they should agree."""
@@ -69,7 +70,7 @@ def summarise(title: str, by_seed: BySeed) -> list[str]:
 
     lines = [f"\n{title}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}): mean [min–max]",
              f"{'policy':27s}{'TTFT p99 ms':>24s}{'TTFT p50':>10s}{'TPOT p99':>10s}{'SLO %':>8s}"
-             f"{'degraded %':>11s}{'unlimited p99':>14s}{'ready p50 s':>12s}{'evictions':>10s}{'gap closed':>11s}"]
+             f"{'degraded %':>11s}{'unlimited p99':>14s}{'across %':>9s}{'ready p50 s':>12s}{'evictions':>10s}{'gap closed':>11s}"]
     stock = fmean(values("stock", "ttft_p99_ms"))
     best = fmean(values(REFERENCE, "ttft_p99_ms")) if REFERENCE in policies else None
     for policy in policies:
@@ -80,6 +81,7 @@ def summarise(title: str, by_seed: BySeed) -> list[str]:
                      f"{100 * fmean(values(policy, 'slo_attainment')):8.2f}"
                      f"{fmean(values(policy, 'requests_on_degraded_gpu_percent')):11.2f}"
                      f"{fmean(values(policy, 'ttft_p99_unlimited_ms')):14.0f}"
+                     f"{fmean(values(policy, 'requests_across_domains_percent')):9.1f}"
                      f"{fmean(values(policy, 'time_to_ready_p50_s')):12.0f}"
                      f"{fmean(values(policy, 'evictions')):10.1f}{gap:>11s}")
     if best is not None:

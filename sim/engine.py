@@ -7,6 +7,7 @@ is `sim.llm.world`'s (README, "Simulating your fleet").
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections import defaultdict
@@ -24,7 +25,8 @@ from sim.llm import failures
 from sim.llm import startup
 from sim.node_state import IMAGE_SIZE_ANNOTATION, NodeState, pod_key, status_images
 from sim.plugins.dynamic_resources import claimed_devices
-from sim.llm.hardware import DEFAULT_MODELS, model_named
+from sim.llm import topology
+from sim.llm.hardware import DEFAULT_MODELS, model_named, sharded_wider
 from sim.llm.profile import RequestMix
 from sim.scenario import DEFAULT_PRODUCT, PoolShape, Scenario, service_model, service_pool_groups
 from sim.world_state import BURST, Service, SimPod, TickSample, World, demand_now, gpu_count
@@ -93,6 +95,7 @@ def build_world(scenario: Scenario, seed: int) -> World:
             service.mix, service.sensitive = sensitive_mix, True
         elif s - 1 in sensitive:
             service.host_load = inf.twin_host_load
+    _shape_replicas(scenario, services, seed)
     for service in services.values():
         if service.pool is not None and service.pool.mig_profile:
             # A MIG instance is a slice of a GPU; its server gets a slice of the host too.
@@ -110,6 +113,28 @@ def build_world(scenario: Scenario, seed: int) -> World:
         services[name].cpu_limited = True
     _lay_out_cache(world)
     return world
+
+
+def _shape_replicas(scenario: Scenario, services: dict[str, Service], seed: int) -> None:
+    """Each service's replica shape: one pod, or (`serving.tp8Share`, `disaggregatedShare`, drawn
+    from an rng of their own so fleets without them replay exactly) two pods serving its model at
+    twice its tensor parallelism. Demand is in GPUs, so a replica of k GPUs takes 1 / k of it."""
+    sv, inf = scenario.serving, scenario.inference
+    rng = random.Random(seed * 53 + 11)
+    for service in services.values():
+        if sv.tp8_share or sv.disaggregated_share:
+            draw = rng.random()
+            kind = topology.LWS if draw < sv.tp8_share else \
+                topology.DISAGGREGATED if draw < sv.tp8_share + sv.disaggregated_share else ""
+            if kind:
+                service.replica_kind = kind
+                service.model = str(getattr(sharded_wider(model_named(service.model)), "name", service.model))
+        gpus = model_named(service.model).tensor_parallel
+        if gpus > 1:
+            service.demand /= gpus
+            service.min_replicas = 1 if service.demand < 0.3 else 2
+            service.max_replicas = max(service.min_replicas, math.ceil(
+                service.demand * (1 + inf.diurnal_amplitude) * BURST / inf.max_replica_util))
 
 
 def _lay_out_cache(world: World) -> None:
@@ -192,18 +217,30 @@ def _service_pools(scenario: Scenario, seed: int) -> list[PoolShape | None]:
 
 
 def service_pod(world: World, service: Service) -> SimPod:
+    """A new replica of the service: its pod, and for a multi-pod replica its other pod too,
+    labelled as their controllers label them (`_group_pods`)."""
     service.serial += 1
     name = f"{service.name}-{service.template_hash}-{service.serial:05d}"
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "controller": True,
+             "name": f"{service.name}-{service.template_hash}", "uid": service.name}
+    labels = {"app": service.name, "pod-template-hash": service.template_hash}
+    pod = _replica_pod(world, service, name, labels, owner)
+    if service.replica_kind:
+        _group_pods(world, service, pod)
+    return pod
+
+
+def _replica_pod(world: World, service: Service, name: str, labels: dict[str, str], owner: dict) -> SimPod:
+    """One of a replica's pods, asking for its share of the replica's GPUs."""
     model = model_named(service.model)
+    gpus = model.tensor_parallel // service.pods_per_replica
     obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": NAMESPACE,
         "annotations": {IMAGE_SIZE_ANNOTATION: str(service.image_bytes)},
-        "labels": {"app": service.name, "pod-template-hash": service.template_hash},
-        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "controller": True,
-                             "name": f"{service.name}-{service.template_hash}", "uid": service.name}]},
+        "labels": labels, "ownerReferences": [owner]},
         "spec": {"containers": [{"name": "server", "image": _image(world, service), "resources": {
             "requests": {"cpu": str(service.cpu), "memory": f"{service.memory_gib}Gi"},
-            "limits": {service.pool.resource if service.pool else "nvidia.com/gpu": str(model.tensor_parallel)}}}]},
+            "limits": {service.pool.resource if service.pool else "nvidia.com/gpu": str(gpus)}}}]},
         "status": {"phase": "Pending"}}
     if service.cpu_limited:
         obj["spec"]["containers"][0]["resources"]["limits"]["cpu"] = str(service.cpu)
@@ -218,10 +255,44 @@ def service_pod(world: World, service: Service) -> SimPod:
                                           for t in service.pool.taints]
     pod = SimPod(obj, service.name, created_tick=world.tick)
     if world.dra:
-        _claim_gpus(obj, service.pool.device_class if service.pool else "gpu.nvidia.com", 1)
-        pod.claimed_units = 1
+        _claim_gpus(obj, service.pool.device_class if service.pool else "gpu.nvidia.com", gpus)
+        pod.claimed_units = gpus
     world.pods[pod_key(obj)] = pod
     return pod
+
+
+LWS_LABEL = "leaderworkerset.sigs.k8s.io/"
+SERVING_GROUP_LABEL = "gpu-balancer.io/serving-group"
+
+
+def _group_pods(world: World, service: Service, leader: SimPod) -> None:
+    """The replica's second pod. A LeaderWorkerSet labels its group's leader and worker with the
+    group's `group-key` (a hash) and says the group's size; the worker's StatefulSet is the
+    group's own. A prefill/decode pair is two Deployments (llm-d's prefill and decode), the pair
+    named by one `gpu-balancer.io/serving-group` label."""
+    meta = leader.obj["metadata"]
+    name = meta["name"]
+    if service.replica_kind == topology.LWS:
+        group = {f"{LWS_LABEL}name": service.name,
+                 f"{LWS_LABEL}group-key": hashlib.sha1(f"{NAMESPACE}/{name}".encode()).hexdigest()}
+        meta["labels"].update(group, **{f"{LWS_LABEL}worker-index": "0"})
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "controller": True,
+                                    "name": service.name, "uid": service.name}]
+        follower = _replica_pod(world, service, f"{name}-1", {**group, f"{LWS_LABEL}worker-index": "1"},
+                                {"apiVersion": "apps/v1", "kind": "StatefulSet", "controller": True,
+                                 "name": name, "uid": name})
+        for obj in (leader.obj, follower.obj):
+            obj["metadata"]["annotations"][f"{LWS_LABEL}size"] = "2"
+    else:
+        meta["labels"].update({SERVING_GROUP_LABEL: name, "llm-d.ai/role": "prefill"})
+        decode = f"{service.name}-decode"
+        follower = _replica_pod(world, service, f"{decode}-{service.template_hash}-{service.serial:05d}",
+                                {"app": decode, "pod-template-hash": service.template_hash,
+                                 SERVING_GROUP_LABEL: name, "llm-d.ai/role": "decode"},
+                                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "controller": True,
+                                 "name": f"{decode}-{service.template_hash}", "uid": decode})
+    follower.service, follower.leader = None, pod_key(leader.obj)
+    leader.followers = (pod_key(follower.obj),)
 
 
 def _image(world: World, service: Service) -> str:
@@ -249,6 +320,10 @@ def training_pods(world: World, job: str, workers: int, gpus: int) -> list[SimPo
 
 
 def delete_pod(world: World, pod: SimPod) -> None:
+    """The pod gone, and with it the rest of its replica (a group goes as one)."""
+    for key in pod.followers:
+        if (follower := world.pods.get(key)) is not None:
+            delete_pod(world, follower)
     if pod.node is not None and pod.node in world.nodes:
         world.nodes[pod.node].unbind(pod.obj)
     world.llm.units_of.pop(pod_key(pod.obj), None)
@@ -259,7 +334,7 @@ def bind(world: World, pod: SimPod, node: str) -> None:
     pod.node = node
     pod.obj["spec"]["nodeName"] = node
     pod.obj["status"]["phase"] = "Running"
-    if pod.service is not None:
+    if pod.service is not None or pod.leader is not None:
         wait = serving_world.ready_seconds(world, pod, node)
         # The fleet at the first tick was serving before the simulated window opened.
         pod.ready_at = world.now_seconds + wait if world.tick else 0.0
@@ -443,7 +518,14 @@ def _roll_when_ready(world: World, service: Service, stale: list[SimPod]) -> Non
 
 
 def recreate(world: World, pod: SimPod) -> None:
-    """An evicted or lost pod: its controller makes a new one (inference) or restarts it (training)."""
+    """An evicted or lost pod: its controller makes a new one (inference) or restarts it (training);
+    a multi-pod replica is made again whole, as a LeaderWorkerSet restarts its group."""
+    if world.pods.get(pod_key(pod.obj)) is not pod:
+        return  # gone already, with the rest of its replica
+    if pod.leader is not None:
+        if (leader := world.pods.get(pod.leader)) is not None:
+            recreate(world, leader)
+        return
     serving_world.on_lost(world, pod)
     delete_pod(world, pod)
     if pod.service is not None:

@@ -21,6 +21,7 @@ FORMATS = {"ttft_p99_ms": "{:.0f}", "ttft_p50_ms": "{:.0f}", "tpot_p99_ms": "{:.
            "training_step_ratio": "{:.3f}",
            "advice_feasible": "{:.1%}", "advice_followed": "{:.1%}",
            "placed_on_avoided": "{:.1%}", "requests_on_degraded_gpu_percent": "{:.2f}",
+           "requests_across_domains_percent": "{:.1f}",
            "ttft_p99_unlimited_ms": "{:.0f}", "time_to_ready_p50_s": "{:.0f}", "time_to_ready_p99_s": "{:.0f}"}
 LABELS = {
     "ttft_p99_ms": ("TTFT p99 (ms)", "99th percentile of time to first token over every request"),
@@ -45,6 +46,9 @@ LABELS = {
                               "TTFT p99 of the requests of services whose Deployments set no CPU limit"),
     "time_to_ready_p50_s": ("time to ready p50 (s)", "median wait of a new replica from its creation to serving"),
     "time_to_ready_p99_s": ("time to ready p99 (s)", "99th percentile of that wait: its node, pull, weights and start"),
+    "requests_across_domains_percent": ("across NVLink domains (%)",
+                                        "requests served by a two-pod replica (TP over two pods, or a prefill/decode "
+                                        "pair) whose pods sit in different NVLink domains"),
     "requests_on_degraded_gpu_percent": ("on a degraded GPU (%)",
                                          "requests served on a GPU 1.25× or more slower than its model's fastest"),
 }

@@ -93,6 +93,8 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
     }
     if scenario.conditions.degraded_gpus.enabled:
         metrics["requests_on_degraded_gpu_percent"] = 100 * tally.on_degraded_gpu / tally.requests if tally.requests else 0.0
+    if scenario.serving.tp8_share or scenario.serving.disaggregated_share:
+        metrics["requests_across_domains_percent"] = 100 * tally.across_domains / tally.requests if tally.requests else 0.0
     if scenario.conditions.cpu_neighbours.enabled:
         metrics["ttft_p99_unlimited_ms"] = tally.ttft_unlimited.quantile(0.99)
     if world.llm.ready_waits:

@@ -223,6 +223,16 @@ class ServingShape:
     startup_seconds: float = 30.0
     """Engine start, CUDA-graph capture and warm-up ("Graph capturing finished in 20-30 secs" in
     vLLM's start-up log): assumption."""
+    tp8_share: float = 0.0
+    """Share of services whose replica is the model at tensor parallelism 8 over two 4-GPU pods, a
+    LeaderWorkerSet of size 2 (its leader and one worker, by their `group-key`), as vLLM serves a
+    model across nodes; with `serving.model` at TP 4, it is the same model on twice the GPUs."""
+    disaggregated_share: float = 0.0
+    """Share of services served as prefill/decode pairs: a prefill pod and a decode pod of half the
+    replica's GPUs each, labelled with one `gpu-balancer.io/serving-group`, the prefill pod handing
+    each request's KV cache to its decode pod (one fixed pair per replica: assumption; llm-d's
+    router pairs them per request). A pair serves what one replica on all its GPUs serves
+    (assumption: disaggregation's TPOT gain is not modelled)."""
     util_noise_percent: float = 2.0
     """Standard deviation of the exporter's GPU_UTIL around the engine's kernel share: assumption."""
     missing_scrape_share: float = 0.01
@@ -390,6 +400,29 @@ class PcieNeighbours:
 
 
 @dataclass(frozen=True)
+class Topology:
+    """Where the pods of one multi-pod replica sit against each other (`sim.llm.topology`): a
+    tensor-parallel replica whose ranks straddle NVLink domains all-reduces over the network, and a
+    prefill/decode pair hands its KV cache over the network rather than over NVLink. The fleet's
+    NVLink domains are its `nvidia.com/gpu.clique` values, as GPU feature discovery labels a
+    GB200 NVL72 rack's trays. Off: every pod pair costs what it costs inside one domain."""
+
+    enabled: bool = False
+    cross_domain_allreduce_stretch: float = 2.7
+    """How much longer an all-reduce takes across NVLink domains: 232.5 GB/s bus bandwidth inside
+    one 8-A100 node against 86 GB/s across two with four 200 Gb/s NICs each (NVIDIA/nccl-tests
+    #175, all_reduce_perf), the same ratio taken for the latency of small ones (assumption). It
+    predicts ~35 ms more TTFT for a 1,020-token prompt of a 70B model at TP 8; vLLM #17006 (as
+    issue 46 quotes it) measured ~100 ms across nodes (`tests/sim/test_topology.py`)."""
+    kv_seconds_per_token_in_domain: float = 31e-6
+    """KV handover from prefill to decode inside one NVLink domain: ~31 ms inside one 8-GPU node
+    (vLLM PR #6170, as issue 46 quotes it), read as a 1,000-token prompt's (assumption)."""
+    kv_seconds_per_token_across: float = 52.6e-6
+    """The same across the network: a ~5,000-token handover took 263 ms across nodes (vLLM #50913,
+    as issue 46 quotes it)."""
+
+
+@dataclass(frozen=True)
 class Conditions:
     """The fleet conditions where placement can change what users feel, each switched on by a
     scenario (`conditions.<name>.enabled`), so the same fleet runs with and without it."""
@@ -399,6 +432,7 @@ class Conditions:
     cold_start: ColdStart = field(default_factory=ColdStart)
     failures: Failures = field(default_factory=Failures)
     pcie_neighbours: PcieNeighbours = field(default_factory=PcieNeighbours)
+    topology: Topology = field(default_factory=Topology)
 
 
 @dataclass(frozen=True)
@@ -511,6 +545,20 @@ BUILT_IN = {
         inference=InferenceShape(services=30, mean_demand_fraction=0.3),
         training=TrainingShape(jobs_per_hour=4.0, workers=(2, 4, 8), gpus_per_worker=1),
         conditions=Conditions(pcie_neighbours=PcieNeighbours(enabled=True))),
+    # Fixed before any run (issue 46), each for a reason: four GB200 NVL72 racks (72 GPUs each, a
+    # compute tray of 4 GPUs and 144 Grace cores per node, 18 trays in one NVLink domain: NVIDIA's
+    # GB200 NVL72 specification), the hardware on which GPU feature discovery labels NVLink
+    # domains across nodes; one site (a zone). Llama-3.1-70B, the model issue 46 names, as a
+    # dozen endpoints (assumption), each a third of the time: TP 4 on one tray, TP 8 over two
+    # (a LeaderWorkerSet), or a prefill/decode pair of TP 4 pods (assumption: equal thirds).
+    # Azure's conversation lengths and the default traffic shape, as llm-fleet.
+    "llm-tp-disagg": Scenario(
+        name="llm-tp-disagg", hours=2.0,
+        serving=ServingShape(model="Llama-3.1-70B-TP4", tp8_share=1 / 3, disaggregated_share=1 / 3),
+        fleet=FleetShape(cpu_per_node=144, memory_gib_per_node=960, zones=1, pools=(
+            PoolShape("gb200", 72, 4, {"pool": "gb200", "nvidia.com/gpu.product": "NVIDIA-GB200"}, nodes_per_clique=18),)),
+        inference=InferenceShape(services=12),
+        conditions=Conditions(topology=Topology(enabled=True))),
 }
 
 
@@ -528,6 +576,7 @@ ABOUT = {
     "llm-cpu-neighbours": "llm-fleet with CPU-bound batch pods on half its nodes, some replicas under CPU limits",
     "llm-cold-start": "96 H100 nodes, bursty traffic, one shared vLLM image, weights remote or in a node-local cache",
     "llm-pcie-neighbours": "32 A100 nodes, replicas beside one-GPU training workers behind shared PCIe switches",
+    "llm-tp-disagg": "four GB200 NVL72 racks serving Llama-3.1-70B at TP 4, TP 8 over two pods, and prefill/decode pairs",
 }
 """One line on each built-in scenario, for `simulate --list`."""
 
@@ -575,6 +624,7 @@ def _check_serving(scenario: Scenario) -> None:
             model_named(scenario.serving.model)
         except KeyError as error:
             raise PolicyError(f"serving.model: {error.args[0]}") from None
+    _check_multi_pod(scenario)
     for pool in scenario.fleet.pool_shapes():
         try:
             unit_gpu(pool)
@@ -590,6 +640,19 @@ def _check_serving(scenario: Scenario) -> None:
                           "pools, and this fleet has none: pin every service (shares adding up to 1)")
     for pools in groups.values():
         service_model(scenario, pools)
+
+
+def _check_multi_pod(scenario: Scenario) -> None:
+    """Multi-pod replicas serve `serving.model` at twice its tensor parallelism, one half per pod."""
+    from sim.llm.hardware import model_named, sharded_wider
+
+    sv = scenario.serving
+    if not (sv.tp8_share or sv.disaggregated_share):
+        return
+    if not sv.model or model_named(sv.model).tensor_parallel < 2 or sharded_wider(model_named(sv.model)) is None:
+        raise PolicyError("serving.tp8Share, serving.disaggregatedShare: a replica of two pods serves serving.model at "
+                          "twice its tensor parallelism, so serving.model must be a sharded model with such a variant "
+                          "(Llama-3.1-70B-TP4)")
 
 
 MIN_KV_TOKENS = 16_384
@@ -714,6 +777,9 @@ def _ranges(scenario: Scenario) -> list[tuple[str, bool, str]]:
         at_least("serving.startupSeconds", sv.startup_seconds, 0),
         within("serving.utilNoisePercent", sv.util_noise_percent, 0, 50),
         within("serving.missingScrapeShare", sv.missing_scrape_share, 0, 0.5),
+        within("serving.tp8Share", sv.tp8_share, 0, 1), within("serving.disaggregatedShare", sv.disaggregated_share, 0, 1),
+        ("serving.disaggregatedShare", sv.tp8_share + sv.disaggregated_share <= 1 + 1e-9,
+         "at most 1 - serving.tp8Share (each service is one kind)"),
     ]
     dg = scenario.conditions.degraded_gpus
     checks += [
@@ -766,6 +832,12 @@ def _ranges(scenario: Scenario) -> list[tuple[str, bool, str]]:
                                    ("loaderBytesPerSecond", "loader_bytes_per_second"),
                                    ("servingBytesPerSecond", "serving_bytes_per_second"))),
         within("conditions.pcieNeighbours.stretchAtFullUplink", pn.stretch_at_full_uplink, 0, 10),
+    ]
+    tp = scenario.conditions.topology
+    checks += [
+        within("conditions.topology.crossDomainAllreduceStretch", tp.cross_domain_allreduce_stretch, 1, 100),
+        within("conditions.topology.kvSecondsPerTokenInDomain", tp.kv_seconds_per_token_in_domain, 0, 1),
+        within("conditions.topology.kvSecondsPerTokenAcross", tp.kv_seconds_per_token_across, 0, 1),
     ]
     for i, pool in enumerate(f.pools):
         checks += [within(f"fleet.pools[{i}].nodes", pool.nodes, 1, 2000),

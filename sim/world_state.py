@@ -45,6 +45,14 @@ class Service:
     """Host cores its replicas keep busy beyond a replica's own, as a multiple of those (`twinHostLoad`)."""
     cpu_limited: bool = False
     """Its Deployment sets `limits.cpu` equal to its request (`conditions.cpuNeighbours`)."""
+    replica_kind: str = ""
+    """A replica of more than one pod (`sim.llm.topology`): `lws` (tensor parallelism over a
+    LeaderWorkerSet's leader and worker) or `disaggregated` (a prefill pod and a decode pod); empty:
+    one pod."""
+
+    @property
+    def pods_per_replica(self) -> int:
+        return 2 if self.replica_kind else 1
 
 
 @dataclass
@@ -60,6 +68,11 @@ class SimPod:
     """GPU units its ResourceClaim asks for (DRA fleets; device-plugin pods say so in their limits)."""
     ready_at: float = 0.0
     """Seconds of simulated time from which it serves (the serving world: after pull, load and start)."""
+    leader: str | None = None
+    """For the second pod of a multi-pod replica (a LeaderWorkerSet worker, a decode pod): the key
+    of the pod that stands for the replica, which has its `service`; this one has none."""
+    followers: tuple[str, ...] = ()
+    """For the pod that stands for a multi-pod replica: the keys of its other pods."""
 
 
 @dataclass

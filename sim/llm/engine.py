@@ -24,8 +24,12 @@ The constants and where they come from:
 - `RUNTIME_RESERVE_BYTES` 2 GiB of that for activations and CUDA graphs: assumption.
 - `--max-num-seqs` and `--max-num-batched-tokens`: vLLM's defaults for its OpenAI server, which
   depend on the GPU (`vllm_batch_defaults`, from `EngineArgs.get_batch_defaults`).
-- `ALLREDUCE_S` 10 µs per all-reduce, two per layer under tensor parallelism: assumption
-  (NVLink all-reduce latency of small messages).
+- Tensor parallelism all-reduces the step's activations twice per layer: each takes `ALLREDUCE_S`
+  (10 µs, assumption: NVLink all-reduce latency of small messages) plus its bytes over
+  `ALLREDUCE_BUS_BYTES_PER_S` (232.5 GB/s bus bandwidth, nccl-tests' all_reduce_perf inside one
+  8-A100 node, NVIDIA/nccl-tests #175; newer NVLink is faster, so this errs towards a slower
+  all-reduce). `Knobs.allreduce_stretch` stretches both where the ranks sit in different NVLink
+  domains (`sim.llm.topology`).
 - KV room is reserved for prompt + output at admission; vLLM allocates blocks as tokens come
   and preempts when out of room: assumption, which errs towards a smaller batch.
 """
@@ -41,6 +45,7 @@ from sim.llm.published import DECODE_MEASUREMENTS, Measurement
 GPU_MEMORY_UTILIZATION = 0.9
 RUNTIME_RESERVE_BYTES = 2 * GIB
 ALLREDUCE_S = 10e-6
+ALLREDUCE_BUS_BYTES_PER_S = 232.5e9
 
 
 def vllm_batch_defaults(gpu: Gpu) -> tuple[int, int]:
@@ -141,6 +146,19 @@ class Knobs:
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
     slowdown: float = 1.0
     """Every step takes this many times longer (contention from outside the GPU); 1: none."""
+    allreduce_stretch: float = 1.0
+    """Tensor-parallel all-reduces take this many times longer (ranks across NVLink domains); 1: none."""
+
+
+def allreduce_seconds(model: Model, tokens: int) -> float:
+    """One step's tensor-parallel all-reduces inside an NVLink domain: two per layer, each its
+    latency plus the tokens' activations (BF16) over the bus bandwidth, ring-scaled by
+    2(n − 1)/n as nccl-tests defines bus bandwidth; 0 for a model on one GPU."""
+    tp = model.tensor_parallel
+    if tp <= 1:
+        return 0.0
+    moved = tokens * model.hidden_size * 2 * 2 * (tp - 1) / tp
+    return 2 * model.layers * (ALLREDUCE_S + moved / ALLREDUCE_BUS_BYTES_PER_S)
 
 
 @dataclass(slots=True)
@@ -244,7 +262,7 @@ class Replica:
         flops = model.flops_per_token * tokens
         memory = read / (gpu.bandwidth_bytes_per_s * DECODE_BANDWIDTH_EFFICIENCY)
         compute = flops / (gpu.bf16_flops * self.fitted.prefill_flops_efficiency)
-        allreduce = 2 * model.layers * ALLREDUCE_S if model.tensor_parallel > 1 else 0.0
+        allreduce = allreduce_seconds(model, tokens) * self.knobs.allreduce_stretch
         kernels = (max(memory, compute) + allreduce) * self.knobs.slowdown
         if count:
             counters = self.counters

@@ -42,6 +42,9 @@ class Model:
     head_dim: int
     tensor_parallel: int = 1
     """GPUs the model is sharded over; every figure below is per GPU."""
+    hidden_size: int = 0
+    """The width of the activations each tensor-parallel all-reduce sums (config.json's
+    `hidden_size`); 0 where the model is not sharded."""
 
     @property
     def weight_bytes(self) -> float:
@@ -65,6 +68,9 @@ GPUS = {gpu.name: gpu for gpu in (
     Gpu("A100-80GB", 80 * GIB, 2039e9, 312e12, ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"), 1410),
     Gpu("H100-80GB", 80 * GIB, 3350e9, 989e12, ("NVIDIA H100 80GB HBM3", "NVIDIA H100-SXM5-80GB"), 1980),
     Gpu("H200", 141 * 10**9, 4800e9, 989e12, ("NVIDIA H200", "NVIDIA H200 NVL"), 1980),
+    # GB200 NVL72's per-GPU share of its rack's figures (13.4 TB HBM3e, 576 TB/s, 180 PFLOPS dense
+    # BF16 over 72 GPUs); its boost clock: assumption.
+    Gpu("GB200", 186 * 10**9, 8000e9, 2500e12, ("NVIDIA GB200",), 1965),
     Gpu("L4", 24 * GIB, 300e9, 121e12, ("NVIDIA L4",), 2040),
     Gpu("L40S", 48 * GIB, 864e9, 362e12, ("NVIDIA L40S",), 2520),
     Gpu("RTX-4090", 24 * GIB, 1008e9, 165e12, ("NVIDIA GeForce RTX 4090",), 2520),
@@ -75,8 +81,8 @@ MODELS = {model.name: model for model in (
     Model("Llama-3.1-8B", 8.03e9, 32, 8, 128),
     Model("Mistral-7B", 7.25e9, 32, 8, 128),
     Model("Qwen2.5-7B", 7.62e9, 28, 4, 128),
-    Model("Llama-3.1-70B-TP4", 70.6e9, 80, 8, 128, tensor_parallel=4),
-    Model("Llama-3.1-70B-TP8", 70.6e9, 80, 8, 128, tensor_parallel=8),
+    Model("Llama-3.1-70B-TP4", 70.6e9, 80, 8, 128, tensor_parallel=4, hidden_size=8192),
+    Model("Llama-3.1-70B-TP8", 70.6e9, 80, 8, 128, tensor_parallel=8, hidden_size=8192),
     # Small models for GPU slices (MIG instances, shared GPUs), from their config.json the same way.
     Model("Llama-3.2-3B", 3.21e9, 28, 8, 128),
     Model("Qwen2.5-1.5B", 1.54e9, 28, 2, 128),
@@ -120,6 +126,12 @@ def model_named(name: str) -> Model:
         if wanted == model.name.lower():
             return model
     raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+
+
+def sharded_wider(model: Model) -> Model | None:
+    """The same model at twice its tensor parallelism, where the table has it."""
+    return next((m for m in MODELS.values() if m.parameters == model.parameters
+                 and m.tensor_parallel == 2 * model.tensor_parallel), None)
 
 
 def gpu_of_product(product: str) -> Gpu:

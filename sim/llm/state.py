@@ -101,6 +101,8 @@ class RequestTally:
     requests: float = 0.0
     within_slo: float = 0.0
     retried: float = 0.0
+    across_domains: float = 0.0
+    """Requests served by a multi-pod replica whose pods sit in different NVLink domains."""
     on_degraded_gpu: float = 0.0
     """Requests served by a replica whose GPU ran `DEGRADED_STRETCH` or more slower than its model's fastest."""
 
@@ -115,6 +117,9 @@ class ServingWorld:
     """Pod key → requests queued past the profile's top."""
     activity: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Pod key → (DRAM, tensor activity) at the last tick, for the power channel."""
+    replica_units: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
+    """Leader pod key → (GPU_UTIL, SM occupancy, tensor, DRAM activity) its GPUs showed when last
+    measured, which its replica's other pods' GPUs show too (every rank runs the same kernels)."""
     lost: list[tuple[str, float, float]] = field(default_factory=list)
     """(service, requests in flight, ms they had been in) of replicas evicted or lost this tick."""
     units_of: dict[str, tuple[int, ...]] = field(default_factory=dict)

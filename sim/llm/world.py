@@ -57,7 +57,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.llm.engine import GPU_MEMORY_UTILIZATION, Knobs
-from sim.llm import host, pcie, startup, training
+from sim.llm import host, pcie, startup, topology, training
 from sim.llm.gpus import DEGRADED_STRETCH, HW_SLOWDOWN
 from sim.llm.hardware import Gpu, Model, gpu_of_product, mig_slice, model_named
 from sim.llm.profile import QUANTILES, ReplicaProfile, profile
@@ -66,8 +66,8 @@ from sim.llm.telemetry import MIB
 from sim.node_state import image_name, pod_key
 from sim.world_state import SimPod, TickSample, World, demand_now
 
-TDP_W = {"A100-40GB": 400, "A100-80GB": 400, "H100-80GB": 700, "H200": 700, "L4": 72, "L40S": 350, "RTX-4090": 450,
-         "RTX-A6000": 300}
+TDP_W = {"A100-40GB": 400, "A100-80GB": 400, "H100-80GB": 700, "H200": 700, "GB200": 1200, "L4": 72, "L40S": 350,
+         "RTX-4090": 450, "RTX-A6000": 300}
 """The vendors' board power limits."""
 
 
@@ -144,12 +144,20 @@ def shares_of(world: World, node: str) -> int:
     return int(labels.get("nvidia.com/gpu.replicas", "1")) if "nvidia.com/gpu.sharing-strategy" in labels else 1
 
 
-def profile_of(world: World, node: str, service: str) -> ReplicaProfile:
+def profile_of(world: World, node: str, service: str, allreduce_stretch: float = 1.0) -> ReplicaProfile:
     """The service's replica as it runs on the node: on a GPU shared k ways, vLLM is started with
-    `--gpu-memory-utilization` 0.9 / k, so its KV cache is what the weights leave of that."""
+    `--gpu-memory-utilization` 0.9 / k, so its KV cache is what the weights leave of that; its
+    all-reduces stretched where its ranks straddle NVLink domains (`sim.llm.topology`)."""
     shares, own = shares_of(world, node), world.services[service]
-    knobs = Knobs() if shares == 1 else Knobs(gpu_memory_utilization=GPU_MEMORY_UTILIZATION / shares)
+    knobs = Knobs(gpu_memory_utilization=GPU_MEMORY_UTILIZATION / shares, allreduce_stretch=allreduce_stretch)
     return profile(gpu_of_node(world, node), model_named(own.model), own.mix, knobs)
+
+
+def service_of(pod: SimPod, world: World) -> str | None:
+    """The service the pod serves: its own, or its replica's leader's."""
+    if pod.leader is not None and (leader := world.pods.get(pod.leader)) is not None:
+        return leader.service
+    return pod.service
 
 
 def start_seconds(world: World, pod: SimPod, node: str) -> float:
@@ -157,12 +165,12 @@ def start_seconds(world: World, pod: SimPod, node: str) -> float:
     the image (the first pod of an image on a node pulls it; the node keeps it), the weights, the
     start; with `conditions.coldStart` on, its terms (`sim.llm.startup`)."""
     sv, cache = world.scenario.serving, world.llm.cache
-    image = pod.obj["spec"]["containers"][0]["image"]
-    weights = model_of(world, pod.service).weight_bytes
+    image, service = pod.obj["spec"]["containers"][0]["image"], service_of(pod, world)
+    weights = model_of(world, service).weight_bytes
     if cache.enabled:
         return startup.terms(cache, image, world.nodes[node].images, node, weights, sv.startup_seconds).total
     pull = 0.0 if image_name(image) in world.nodes[node].images else \
-        world.services[pod.service].image_bytes / sv.image_pull_bytes_per_second
+        world.services[service].image_bytes / sv.image_pull_bytes_per_second
     return pull + weights / sv.weight_load_bytes_per_second + sv.startup_seconds
 
 
@@ -170,13 +178,17 @@ def ready_seconds(world: World, pod: SimPod, node: str) -> float:
     """`start_seconds` for a pod being bound, each new replica's wait from its creation recorded
     for the report."""
     seconds = start_seconds(world, pod, node)
-    if world.tick:
+    if world.tick and pod.leader is None:
         world.llm.ready_waits.append(world.now_seconds - pod.created_tick * world.scenario.tick_seconds + seconds)
     return seconds
 
 
 def is_ready(world: World, pod: SimPod) -> bool:
-    return pod.node is not None and pod.ready_at <= world.now_seconds
+    """Bound and started; a multi-pod replica once each of its pods is."""
+    if pod.node is None or pod.ready_at > world.now_seconds:
+        return False
+    return all((f := world.pods.get(key)) is not None and f.node is not None and f.ready_at <= world.now_seconds
+               for key in pod.followers)
 
 
 def on_lost(world: World, pod: SimPod) -> None:
@@ -230,7 +242,7 @@ def _node_slowdowns(world: World, by_node: dict[str, list[SimPod]]
                     activity[g][2] = 1.0
                 noisy_switches |= switches
             else:
-                cores += co.host_cores_per_replica * (1 + world.services[pod.service].host_load)
+                cores += co.host_cores_per_replica * (1 + world.services[service_of(pod, world)].host_load)
                 dram, tensor, busy = world.llm.activity.get(pod_key(pod.obj), (0.0, 0.0, 0.0))
                 for g in gpus:
                     activity[g][0] += dram
@@ -339,6 +351,10 @@ class _Rows:
     slowdown: list[float] = field(default_factory=list)
     even: list[float] = field(default_factory=list)
     degraded: list[bool] = field(default_factory=list)
+    handover: list[float] = field(default_factory=list)
+    """Seconds per prompt token its KV cache takes to its decode pod (0: one engine does both)."""
+    across: list[bool] = field(default_factory=list)
+    """Its pods sit in different NVLink domains."""
 
 
 def measure(world: World):
@@ -429,6 +445,13 @@ def _node_units(world: World, name: str, pods, profiles: _Profiles, gpu, slowdow
             util, fb, watts = TRAINING_UTIL, 0.8 * gpu.memory_bytes / MIB, tdp * TRAINING_POWER_SHARE
             dram, tensor, occupancy = TRAINING_ACTIVITY
             busy_units += count
+        elif pod.leader is not None:
+            serving = is_ready(world, world.pods[pod.leader]) if pod.leader in world.pods else False
+            util, occupancy, tensor, dram = world.llm.replica_units.get(pod.leader, (0.0,) * 4) if serving \
+                else (0.0,) * 4
+            world.llm.activity[key] = (dram, tensor, util / 100)
+            fb, watts = preallocated, power_w(tdp, dram, tensor) if serving else tdp * IDLE_SHARE
+            busy_units += util / 100 * count
         elif not is_ready(world, pod):
             util, fb, watts = 0.0, preallocated, tdp * IDLE_SHARE
             dram = tensor = occupancy = 0.0
@@ -437,7 +460,12 @@ def _node_units(world: World, name: str, pods, profiles: _Profiles, gpu, slowdow
             # A CFS quota stretches the step while the GPU waits for the CPU: its busy share falls.
             quota = _quota_stretch(world, pod)
             s = (slowdown[name] + penalty.get((name, index), 0.0) + sharing.get(key, 0.0)) * own * quota
-            prof = profiles.of(name, pod.service)
+            # The slower pod of a multi-pod replica sets its pace (ranks and stages wait for each other).
+            s = max([s, *(_pod_slowdown(world, world.pods[f], slowdown, penalty) for f in pod.followers)])
+            stretch, handover, across = _topology(world, pod)
+            prof = profiles.of(name, pod.service, stretch)
+            rows.handover.append(handover)
+            rows.across.append(across)
             rows.profiles.append(prof)
             rows.pods.append(pod)
             rows.nodes.append(name)
@@ -451,6 +479,8 @@ def _node_units(world: World, name: str, pods, profiles: _Profiles, gpu, slowdow
             tensor = float(prof.mix_of(prof.tensor_active, lower, share)[0]) / quota
             occupancy = float(prof.mix_of(prof.sm_occupancy, lower, share)[0]) / quota
             world.llm.activity[key] = (dram, tensor, util / 100)
+            if pod.followers:
+                world.llm.replica_units[key] = (util, occupancy, tensor, dram)
             fb, watts = preallocated, power_w(tdp, dram, tensor)
             busy_units += min(1.0, pod.load * s) * count
         unit = _Unit(util, fb, watts, occupancy, tensor, dram, key, pod.training_job is not None)
@@ -461,6 +491,29 @@ def _node_units(world: World, name: str, pods, profiles: _Profiles, gpu, slowdow
     if shares > 1:
         units = _as_shared(units, gpu_total, tdp)
     return units, busy_units
+
+
+def _pod_slowdown(world: World, pod: SimPod, slowdown: dict[str, float], penalty: dict[tuple[str, int], float]
+                  ) -> float:
+    """How much its node and its own GPUs slow a replica's other pod (1 where its node is down)."""
+    if pod.node not in slowdown:
+        return 1.0
+    held = units_held(world, pod)
+    return (slowdown[pod.node] + penalty.get((pod.node, held[0]), 0.0)) * held_stretch(world, pod.node, held)
+
+
+def _topology(world: World, pod: SimPod) -> tuple[float, float, bool]:
+    """A multi-pod replica's all-reduce stretch, its KV handover's seconds per prompt token, and
+    whether its pods straddle NVLink domains (`sim.llm.topology`); (1, 0, False) for one pod."""
+    kind = world.services[pod.service].replica_kind
+    if not kind:
+        return 1.0, 0.0, False
+    pods = [pod, *(world.pods[f] for f in pod.followers)]
+    domains = {topology.domain_of(p.node, world.nodes[p.node].labels) for p in pods}
+    shape = world.scenario.conditions.topology
+    if kind == topology.LWS:
+        return topology.allreduce_stretch(shape, domains), 0.0, len(domains) > 1
+    return 1.0, topology.kv_seconds_per_token(shape, domains), len(domains) > 1
 
 
 def _scrape(world: World, name: str, gpu, units: list, noise: np.random.Generator, power_excess: float
@@ -558,11 +611,12 @@ class _Profiles:
 
     def __init__(self, world: World, up: list[str]) -> None:
         self._world, self._up = world, up
-        self._by: dict[tuple[str, str], ReplicaProfile] = {}
+        self._by: dict[tuple[str, str, float], ReplicaProfile] = {}
 
-    def of(self, node: str, service: str) -> ReplicaProfile:
-        if (found := self._by.get((node, service))) is None:
-            found = self._by[node, service] = profile_of(self._world, node, service)
+    def of(self, node: str, service: str, allreduce_stretch: float = 1.0) -> ReplicaProfile:
+        if (found := self._by.get((node, service, allreduce_stretch))) is None:
+            found = self._by[node, service, allreduce_stretch] = profile_of(self._world, node, service,
+                                                                            allreduce_stretch)
         return found
 
     def anywhere(self, service) -> ReplicaProfile:
@@ -601,14 +655,17 @@ def _serve(world: World, rows: _Rows, serving: dict[str, ServingState], dt: floa
         backlog = np.maximum(0.0, backlog + (rate - capacity) * dt)
         wait_ms = 1000 * backlog / capacity
         lower, share = prof.weights(load * s)
-        ttft = prof.mix_of(prof.ttft_ms, lower, share) * s[:, None] + wait_ms[:, None]
+        handover = np.asarray([rows.handover[i] for i in members])
+        handover_ms = 1000 * handover[:, None] * topology.prompt_quantiles(prof.mix)
+        ttft = prof.mix_of(prof.ttft_ms, lower, share) * s[:, None] + wait_ms[:, None] + handover_ms
         tpot = prof.mix_of(prof.tpot_ms, lower, share) * s[:, None]
-        e2e = prof.mix_of(prof.e2e_ms, lower, share) * s[:, None] + wait_ms[:, None]
+        e2e = prof.mix_of(prof.e2e_ms, lower, share) * s[:, None] + wait_ms[:, None] + handover_ms
         # Even load changes the contention only: the same traffic, the same queue, drained at
         # the capacity the pool's mean slowdown leaves.
         even_lower, even_share = prof.weights(load * s_even)
         even_wait_ms = 1000 * backlog * s_even / (prof.top * prof.saturation_rps)
-        ttft_even = prof.mix_of(prof.ttft_ms, even_lower, even_share) * s_even[:, None] + even_wait_ms[:, None]
+        ttft_even = prof.mix_of(prof.ttft_ms, even_lower, even_share) * s_even[:, None] + even_wait_ms[:, None] \
+            + handover_ms
         requests = rate * dt
         tally.ttft.add(ttft, requests)
         tally.tpot.add(tpot, requests)
@@ -621,6 +678,7 @@ def _serve(world: World, rows: _Rows, serving: dict[str, ServingState], dt: floa
             tally.ttft_unlimited.add(ttft[unlimited], requests[unlimited])
         tally.requests += float(requests.sum())
         tally.on_degraded_gpu += float(requests[np.asarray([rows.degraded[i] for i in members])].sum())
+        tally.across_domains += float(requests[np.asarray([rows.across[i] for i in members])].sum())
         met = (ttft <= sv.ttft_slo_ms) & (tpot <= sv.tpot_slo_ms)  # each quantile pair as a request: assumption
         tally.within_slo += float((met.mean(axis=1) * requests).sum())
         running = prof.mix_of(prof.running, lower, share)

@@ -85,7 +85,7 @@ def test_weighted_quantile_weights_requests():
 def test_built_in_scenarios_exist_and_scenario_files_are_validated():
     assert set(BUILT_IN) == {"skewed-inference", "burst", "training-mix", "node-failure", "mixed-pools", "llm-fleet", "llm-training-mix",
                              "llm-shared-gpus", "latency-sensitivity", "llm-degraded-gpus", "llm-cpu-neighbours",
-                             "llm-cold-start", "llm-pcie-neighbours"}
+                             "llm-cold-start", "llm-pcie-neighbours", "llm-tp-disagg"}
     scenario = load_scenario("name: mine\nhours: 1\nfleet: {nodes: 12, gpusPerNode: 4}\ninference: {services: 6}\n")
     assert (scenario.fleet.nodes, scenario.fleet.gpus_per_node, scenario.inference.services) == (12, 4, 6)
     from scoring.policy import PolicyError

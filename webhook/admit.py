@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from scoring.advice.placement import NO_ADVICE, PlacementIndex, advise, advise_group, node_domains
-from scoring.advice.readiness import StartupCosts, by_time_to_ready, pod_startup
+from scoring.advice.readiness import StartupCosts, by_time_to_ready, pod_startup, serving_share, time_to_ready
 from scoring.cluster.claims import ClaimBook, has_resource_claims, pod_claims
 from scoring.cluster.feasibility import constraints_for
 from scoring.cluster.images import caches_model
@@ -107,26 +107,33 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
     # (no API access) it falls back to telemetry alone.
     constraints = constraints_for(pod, needs) if view is not None else None
     units = needs.expected_units() or (("nvidia.com/gpu", max(1, needs.whole_gpus)),)
+    timing = pod_startup(pod, view.image_sizes, startup) if startup is not None and view is not None else None
+    # Time to ready re-ranks the candidates, where some node lists images or the pod names a model
+    # some node may cache.
+    timed = timing is not None and (bool(view.image_sizes) or timing.model is not None)
     if index is None or index.stale:
         advice = NO_ADVICE
     elif group := training_group(pod, policy, needs.claims):
-        # Ordinary per-node preferences would scatter a distributed job: prefer one domain instead.
+        # Ordinary per-node preferences would scatter a distributed job: prefer one domain instead,
+        # each node's headroom weighed by how soon it readies the pod.
         group_key = f"{request.namespace}/{group[0]}={group[1]}"
         feasible = ledger.feasible_index(index, constraints)
+        ready_share = (lambda name: serving_share(time_to_ready(timing, view.nodes.get(name), startup), startup)) \
+            if timed else None
         advice = advise_group(feasible, gpus_requested=needs.whole_gpus,
                               pending_gpus=ledger.pending(telemetry_time), policy=policy,
                               chosen_before=ledger.group_domain(group_key, telemetry_time),
                               fits=ledger.fits(constraints.units if constraints is not None else ()),
-                              job_size=job_size(pod), topology=node_domains(feasible, view, policy))
+                              job_size=job_size(pod), topology=node_domains(feasible, view, policy),
+                              ready_share=ready_share)
+        if timed and advice.preferred:
+            advice = replace(advice, ready=tuple((p.node, time_to_ready(timing, view.nodes.get(p.node), startup)
+                                                  .describe()) for p in advice.preferred))
         if advice.domain is not None and not request.dry_run:
             ledger.remember_group(group_key, advice.domain, now)
     else:
         k = policy.max_preferred_nodes
         urgent = urgency(pod, request.namespace, index, policy)
-        timing = pod_startup(pod, view.image_sizes, startup) if startup is not None and view is not None else None
-        # Time to ready re-ranks a wider pool of the ranking's best, where some node lists images
-        # or the pod names a model some node may cache.
-        timed = timing is not None and (bool(view.image_sizes) or timing.model is not None)
         # Urgent, the nodes that cache the pod's model join the pool wherever their headroom ranks
         # them. In steady state they do not: spending the cache's room on replicas that can wait
         # measured worse (BENCHMARKS, "Cold start and failures").

@@ -160,7 +160,8 @@ def node_domains(index: PlacementIndex, view: ClusterView | None, policy: Placem
 def advise_group(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Mapping[str, int],
                  policy: PlacementPolicy, chosen_before: tuple[str, str] | None = None,
                  fits: Callable[[str], int] | None = None, job_size: int | None = None,
-                 topology: Mapping[str, tuple[tuple[str, str], ...]] | None = None) -> NodeAdvice:
+                 topology: Mapping[str, tuple[tuple[str, str], ...]] | None = None,
+                 ready_share: Callable[[str], float] | None = None) -> NodeAdvice:
     """For a member of a distributed job: prefer the nodes of the one domain (NVLink clique, else
     network block, else zone) with the coolest room — free GPUs not yet promised, each weighted by
     its node's headroom — among those with room for the whole job (`job_size` pods, where the pod
@@ -174,7 +175,10 @@ def advise_group(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Ma
     node labels are the better source where there is a view. No domain known: no per-node
     preference at all. `fits` (from the cluster view, where there is one) says how many more
     such pods a node has room for: telemetry cannot see devices a DRA claim holds. Only nodes
-    with room for the pod are preferred."""
+    with room for the pod are preferred. `ready_share` (node → the share of the horizon the pod
+    would serve there, `scoring.advice.readiness.serving_share`) weighs each node's headroom, in
+    the domain's room and in the ranking inside it: a group's every pod pulls where its node lacks
+    the image, and the group serves only once its last pod is ready."""
     if index.stale:
         return NO_ADVICE
     need = max(1, gpus_requested)
@@ -194,6 +198,8 @@ def advise_group(index: PlacementIndex, *, gpus_requested: int, pending_gpus: Ma
             continue
         domain = labels[0]  # the tightest domain this node's labels name
         score = headroom(base, free, pending_gpus.get(name, 0)) if slots else 0.0
+        if slots and ready_share is not None:
+            score *= ready_share(name)
         room[domain] = room.get(domain, 0) + slots * need
         cool_room[domain] = cool_room.get(domain, 0.0) + slots * score
         members.setdefault(domain, []).append((slots > 0, score, max(0, unpromised), name))

@@ -17,13 +17,14 @@ would be fastest now (within 1 %, the spread the exporters' own noise leaves), t
 of those, booked at once as `coolest-node` books it; training workers as `coolest-node`. Every
 descheduler pass it moves a replica off a GPU that has turned slow (`DEGRADED_STRETCH`) where a
 faster GPU is free and the time it stays slow (known: the episode's end, or the rest of the run
-for a GPU slow by nature) pays for a start from nothing on the speed it gains.
+for a GPU slow by nature) pays for a start from nothing on the speed it gains. Where topology is a
+condition, a replica's second pod joins its first one's NVLink domain where that has room.
 """
 
 from __future__ import annotations
 
 from sim.engine import recreate, taken_units
-from sim.llm import host
+from sim.llm import host, topology
 from sim.llm.gpus import DEGRADED_STRETCH, lowest_free
 from sim.llm.world import (gpu_of_unit, held_stretch, is_ready, model_of, pcie_stretch_at, shares_of, start_seconds,
                            units_held)
@@ -39,6 +40,8 @@ class TrueState(CoolestNode):
     about = "the reference: each replica where its steps are fastest now by the true state, moved off GPUs that turn slow"
 
     def place(self, world: World, pod: SimPod) -> str | None:
+        if pod.leader is not None and world.scenario.conditions.topology.enabled:
+            return self._beside_leader(world, pod)
         if pod.service is None or not (world.llm.conditions.stretch or world.llm.host.enabled or world.llm.cache.enabled
                                        or world.scenario.conditions.pcie_neighbours.enabled):
             return super().place(world, pod)
@@ -53,6 +56,17 @@ class TrueState(CoolestNode):
         stretch = {v.name: _stretch_there(world, pod, v.name) for v in verdicts}
         fastest = min(stretch.values(), default=1.0)
         return self.coolest(world, pod, [v for v in verdicts if stretch[v.name] <= fastest * 1.01])
+
+    def _beside_leader(self, world: World, pod: SimPod) -> str | None:
+        """A replica's second pod in its first pod's NVLink domain where that has room (the
+        first placed as any replica: the domain's room for both is not looked ahead to)."""
+        leader = world.pods.get(pod.leader or "")
+        verdicts = feasible(world, pod)
+        if leader is not None and leader.node is not None:
+            home = topology.domain_of(leader.node, world.nodes[leader.node].labels)
+            verdicts = [v for v in verdicts if topology.domain_of(v.name, world.nodes[v.name].labels) == home] \
+                or verdicts
+        return self.coolest(world, pod, verdicts)
 
     def deschedule(self, world: World) -> None:
         conditions, now = world.llm.conditions, world.now_seconds

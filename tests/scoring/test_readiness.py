@@ -95,6 +95,16 @@ def test_a_warm_node_holding_the_image_beats_a_cool_one_only_where_the_pull_cost
     assert dict(estimates)["warm-cached"].missing_bytes == 0 and dict(estimates)["cool-empty"].missing_bytes == 15 * GB
 
 
+
+def _advice_annotation(pod, index, view, placement, startup) -> str:
+    """The advice the webhook writes on `pod`, from a fresh ledger over `index` and `view`."""
+    ledger = SteeringLedger(60)
+    ledger.prepare(index, view)
+    decision = decide(decode_review(json.dumps(review(pod)).encode()), index=index, telemetry_time=NOW,
+                      snapshot_age_seconds=1, ledger=ledger, policy=placement, now=NOW, startup=startup)
+    return apply_response(pod, decision.review)["metadata"]["annotations"]["gpu-balancer.io/advice"]
+
+
 def test_the_webhook_ranks_by_time_to_ready_and_says_so_on_the_pod():
     policy = BalancerPolicy()
     slow_pulls = replace(policy, descheduler=replace(policy.descheduler, image_pull_bytes_per_second=30e6))
@@ -106,11 +116,7 @@ def test_the_webhook_ranks_by_time_to_ready_and_says_so_on_the_pod():
     pod = gpu_pod(**{"containers": [{"name": "s", "image": IMAGE, "resources": {"limits": {GPU: "1"}}}]})
 
     def advice(startup):
-        ledger = SteeringLedger(60)
-        ledger.prepare(index, view)
-        decision = decide(decode_review(json.dumps(review(pod)).encode()), index=index, telemetry_time=NOW,
-                          snapshot_age_seconds=1, ledger=ledger, policy=slow_pulls.placement, now=NOW, startup=startup)
-        return apply_response(pod, decision.review)["metadata"]["annotations"]["gpu-balancer.io/advice"]
+        return _advice_annotation(pod, index, view, slow_pulls.placement, startup)
 
     timed = advice(costs)
     assert timed.startswith("preferred warm-cached(100),cool-empty(")
@@ -190,3 +196,30 @@ def test_a_queueing_services_pod_finds_the_node_that_caches_its_model_however_fa
                       startup=startup_costs(policy))
     note = apply_response(pod, decision.review)["metadata"]["annotations"]["gpu-balancer.io/advice"]
     assert note.removeprefix("urgent: svc queueing; ").startswith(f"preferred {first}(100)"), note
+
+
+def test_a_group_pod_is_packed_into_one_domain_and_inside_it_goes_where_it_is_ready_soonest():
+    """A LeaderWorkerSet's pod: one NVLink domain, and there the node holding its image first,
+    as a lone replica would be ranked (issue 46's llm-tp-disagg: every group pod pulls otherwise)."""
+    policy = BalancerPolicy()
+    slow_pulls = replace(policy, descheduler=replace(policy.descheduler, image_pull_bytes_per_second=30e6))
+    clique = {"nvidia.com/gpu.clique": "rack-0"}
+    view = ClusterView({"cool-empty": NodeFacts("cool-empty", clique, allocatable={GPU: 8}),
+                        "warm-cached": NodeFacts("warm-cached", clique, allocatable={GPU: 8},
+                                                 images={normal_image(IMAGE): 15 * GB}),
+                        "elsewhere": NodeFacts("elsewhere", {"nvidia.com/gpu.clique": "rack-1"}, allocatable={GPU: 8})},
+                       taken_at=NOW)
+    index = index_fleet(fleet(node("cool-empty", util=5), node("warm-cached", tier=Tier.WARM, util=60),
+                              node("elsewhere", tier=Tier.WARM, util=70)))
+    pod = gpu_pod(**{"containers": [{"name": "s", "image": IMAGE, "resources": {"limits": {GPU: "4"}}}]})
+    pod["metadata"]["labels"] = {"leaderworkerset.sigs.k8s.io/group-key": "0123abcd"}
+    pod["metadata"]["annotations"] = {"leaderworkerset.sigs.k8s.io/size": "2"}
+
+    def advice(startup):
+        return _advice_annotation(pod, index, view, slow_pulls.placement, startup)
+
+    timed = advice(startup_costs(slow_pulls))
+    assert timed.startswith("preferred warm-cached(100),cool-empty("), timed
+    assert "ready warm-cached ~30 s (image cached), cool-empty ~530 s (pull 15.0 GB)" in timed, timed
+    assert "nvidia.com/gpu.clique=rack-0" in timed and "elsewhere" not in timed.split("; avoided")[0]
+    assert advice(None).startswith("preferred cool-empty(100)"), "without costs: headroom alone"

@@ -259,3 +259,4 @@ def test_the_readmes_scenario_file_example_loads_as_written():
     scenario = load_scenario(example)
     assert scenario.conditions.cold_start.image_bytes == 5.2e9
     assert scenario.conditions.pcie_neighbours.uplink_bytes_per_second == 63e9
+    assert scenario.conditions.topology.kv_seconds_per_token_across == 52.6e-6

@@ -15,6 +15,7 @@ from typing import Any
 from scoring.cluster.claims import EMPTY_BOOK, ClaimBook, book_from_objects, devices_from_objects, pod_claims
 from scoring.cluster.feasibility import NodeFacts, PodConstraints, constraints_for, node_facts
 from scoring.cluster.holdings import free_units, held_per_node, holds_units
+from scoring.cluster.images import pod_images
 from scoring.cluster.view import node_with_devices
 from scoring.cluster.workloads import BadQuantity, as_dict, as_list, gpu_request, labels_of, training_group
 from scoring.policy import OptInPolicy, PlacementPolicy
@@ -47,6 +48,8 @@ class PodInfo:
     """Where its replacement could be scheduled: selector, affinity, tolerations, GPU units."""
     shared_claims: tuple[str, ...] = ()
     """GPU ResourceClaims it names directly: their devices stay with the claim, not the pod."""
+    images: tuple[str, ...] = field(default=(), hash=False, compare=False)
+    """Its containers' images in normal form: what its replacement pulls where a node lacks them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,7 @@ def pod_info(obj: dict[str, Any], policy: PlacementPolicy, book: ClaimBook = EMP
         workload=_workload(namespace, owner_kind, owner_name, labels),
         constraints=constraints,
         shared_claims=claims.named if claims else (),
+        images=pod_images(obj),
     )
 
 

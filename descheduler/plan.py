@@ -96,7 +96,8 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, windows: Mapp
             evictions.append(PlannedEviction(
                 pod.namespace, pod.name, source.node, pod.workload,
                 f"{source.reason}; pod's GPUs ~{share:.0f} points; " + (f"{move.describe()}; " if move else "")
-                + f"room on {destination}", move))
+                + f"room on {destination}", move, destination,
+                tuple(image for image in pod.images if image not in _images_on(cluster, destination))))
             per_node[source.node] += 1
             per_namespace[pod.namespace] += 1
             excess -= source.sheds(share)
@@ -129,6 +130,11 @@ def _payback(pod: PodInfo, heat: Mapping[str, NodeHeat], destination: str, snaps
         source is not None) else None
     return payback(pod.annotations, source_util=heat[pod.node].gpu_util, destination_util=heat[destination].gpu_util,
                    replica=replica, policy=policy, recovered=recovered)
+
+
+def _images_on(cluster: Cluster, node: str) -> Mapping[str, int]:
+    facts = cluster.nodes[node].facts
+    return facts.images if facts is not None else {}
 
 
 def _spare(heat: Mapping[str, NodeHeat], sources: set[str], cluster: Cluster, policy: DeschedulerPolicy

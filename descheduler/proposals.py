@@ -24,6 +24,11 @@ class PlannedEviction:
     reason: str
     payback: Payback | None = None
     """What the move gains and what its restart costs (None with the payback rule off)."""
+    destination: str = ""
+    """The cool node whose room the plan reserved for the pod's replacement."""
+    stage: tuple[str, ...] = ()
+    """The pod's images the destination does not list: pulled there before the eviction
+    (make-before-break, `descheduler.prestage`)."""
 
 
 @dataclass(frozen=True, slots=True)

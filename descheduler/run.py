@@ -15,8 +15,8 @@ from descheduler.cluster import Cluster, cluster_from_objects
 from descheduler.evictor import Outcome, carry_out, record_run
 from descheduler.ledger import EvictionRecord, LedgerState
 from descheduler.ledger_store import LedgerConflict, load_ledger, record_evictions, save_summary
-from descheduler import step
-from descheduler.plan import Plan
+from descheduler import prestage, step
+from descheduler.plan import Plan, PlannedEviction
 from descheduler.strategies.base import SERVING, THROTTLING, UTILISATION, serve_window
 from descheduler.summary import RunSummary, summarise
 from scoring.ingest.prometheus import (QueryFn, read_serving_window, read_snapshot, read_throttle_window, read_window)
@@ -34,13 +34,23 @@ class Report:
     summary: RunSummary | None = None
     ledger_error: str | None = None
     """Why this run's evictions are not in the ledger (their cooldowns unrecorded), if they are not."""
+    staging: tuple[prestage.Staging, ...] = ()
+    """Make-before-break, one per planned eviction in order (live runs only)."""
+    prestage_deadline_seconds: float = 0.0
+
+    def staged(self, eviction: PlannedEviction) -> str:
+        """What was (or, in a dry run, would be) done on the eviction's destination before it."""
+        found = dict(zip(self.plan.evictions, self.staging)).get(eviction)
+        return found.describe() if found is not None else prestage.planned_staging(
+            eviction, self.prestage_deadline_seconds)
 
     def as_dict(self) -> dict:
         def entry(outcome: Outcome) -> dict:
             e = outcome.eviction
             move = {} if e.payback is None else {"gain_seconds": round(e.payback.gain_seconds, 1),
                                                  "restart_seconds": round(e.payback.restart_seconds, 1)}
-            return {"namespace": e.namespace, "pod": e.pod, "node": e.node, "reason": e.reason, **move}
+            return {"namespace": e.namespace, "pod": e.pod, "node": e.node, "reason": e.reason, **move,
+                    "destination": e.destination, "prestage": self.staged(e)}
 
         failed = [o for o in self.outcomes if not o.done]
         return {
@@ -113,6 +123,10 @@ def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: C
     taken = found.at
     ledger, version = load_ledger(core, policy.descheduler) if core is not None else (LedgerState(), None)
     plan = step.plan(source, found, cluster=cluster, ledger=ledger, policy=policy)
+    deadline = policy.descheduler.prestage_deadline_seconds
+    # Make-before-break: the replacements' images go to their destinations before the pods go.
+    staging = prestage.stage(core, plan.evictions, namespace=policy.descheduler.ledger_namespace,
+                             deadline_seconds=deadline) if not dry_run and core is not None and plan.evictions else ()
     outcomes = carry_out(plan, core, events, dry_run=dry_run, now=taken)
     evicted = [o.eviction for o in outcomes if o.result == "evicted"]
     ledger_error = None
@@ -123,8 +137,10 @@ def run_once(policy: BalancerPolicy, *, query: QueryFn, cluster: Cluster, now: C
         except LedgerConflict as error:  # the evictions happened: report them, and say what was not kept
             log.error("%s: their cooldowns are not recorded", error)
             ledger_error = str(error)
-    report = Report(dry_run or core is None, plan, tuple(outcomes), ledger_error=ledger_error)
-    summary = summarise(plan, report.outcomes, dry_run=report.dry_run, at=taken)
+    report = Report(dry_run or core is None, plan, tuple(outcomes), ledger_error=ledger_error, staging=staging,
+                    prestage_deadline_seconds=deadline)
+    summary = summarise(plan, report.outcomes, dry_run=report.dry_run, at=taken,
+                        staged=sum(1 for s in staging if s.result == "pulled"))
     if core is not None:
         # Every run, dry or live, leaves its summary where `gpu-balancer status` and people look.
         save_summary(core, summary.to_json(), policy.descheduler)
@@ -138,7 +154,7 @@ def report_as_table(report: Report) -> str:
     lines = [f"{'DRY RUN: ' if report.dry_run else ''}sustained-hot nodes: {', '.join(data['hot_nodes']) or 'none'}"]
     key, title = ("would_evict", "would evict") if report.dry_run else ("evictions", "evictions")
     lines.append(f"{title} ({len(data[key])}):" if data[key] else f"{title}: none")
-    lines += [f"  {e['namespace']}/{e['pod']} from {e['node']}: {e['reason']}" for e in data[key]]
+    lines += [f"  {e['namespace']}/{e['pod']} from {e['node']}: {e['reason']}; {e['prestage']}" for e in data[key]]
     if data["skipped"]:
         lines.append(f"skipped ({len(data['skipped'])}):")
         lines += [f"  {s['namespace']}/{s['pod']}: {s['reason']}" for s in data["skipped"]]

@@ -43,18 +43,22 @@ class RunSummary:
     failed: int
     skipped: dict[str, int] = field(default_factory=dict)
     """Skip reason code → pods."""
+    staged: int = 0
+    """Evictions whose replacement's images were pulled onto its destination first."""
 
     def line(self) -> str:
         moved = f"would evict {self.would_evict}" if self.dry_run else f"evicted {self.evicted}"
         skips = ", ".join(f"{code} {n}" for code, n in sorted(self.skipped.items())) or "none"
         failed = f", {self.failed} failed" if self.failed else ""
+        staged = f" ({self.staged} pre-staged)" if self.staged else ""
         return (f"{self.at.isoformat(timespec='seconds')}{' (dry run)' if self.dry_run else ''}: "
-                f"{self.hot_nodes} hot node(s), {moved}{failed}, skipped {sum(self.skipped.values())} ({skips})")
+                f"{self.hot_nodes} hot node(s), {moved}{staged}{failed}, skipped {sum(self.skipped.values())} ({skips})")
 
     def to_json(self) -> str:
         return json.dumps({"at": self.at.isoformat(), "dryRun": self.dry_run, "hotNodes": self.hot_nodes,
                            "hotNodeNames": list(self.hot_node_names), "evicted": self.evicted,
-                           "wouldEvict": self.would_evict, "failed": self.failed, "skipped": self.skipped})
+                           "wouldEvict": self.would_evict, "failed": self.failed, "skipped": self.skipped,
+                           "staged": self.staged})
 
     @staticmethod
     def from_json(text: str) -> "RunSummary":
@@ -63,15 +67,16 @@ class RunSummary:
             d = json.loads(text)
             return RunSummary(datetime.fromisoformat(d["at"]), bool(d["dryRun"]), int(d["hotNodes"]),
                               tuple(str(n) for n in d["hotNodeNames"]), int(d["evicted"]), int(d["wouldEvict"]),
-                              int(d["failed"]), {str(k): int(v) for k, v in d["skipped"].items()})
+                              int(d["failed"]), {str(k): int(v) for k, v in d["skipped"].items()},
+                              int(d.get("staged", 0)))  # summaries stored before make-before-break lack it
         except (ValueError, KeyError, TypeError, AttributeError):
             raise ValueError("the stored descheduler run summary is not readable") from None
 
 
-def summarise(plan: Plan, outcomes: Sequence[Outcome], *, dry_run: bool, at: datetime) -> RunSummary:
+def summarise(plan: Plan, outcomes: Sequence[Outcome], *, dry_run: bool, at: datetime, staged: int = 0) -> RunSummary:
     hot = list(plan.hot_nodes)
     skipped = Counter(reason_code(skip.reason) for skip in plan.skipped)
     failed = sum(1 for outcome in outcomes if not outcome.done)
     return RunSummary(at, dry_run, len(hot), tuple(hot[:MAX_NAMES]),
                       sum(1 for o in outcomes if o.result == "evicted"),
-                      sum(1 for o in outcomes if o.result == "dry-run"), failed, dict(skipped))
+                      sum(1 for o in outcomes if o.result == "dry-run"), failed, dict(skipped), staged)

@@ -299,6 +299,11 @@ class DeschedulerPolicy:
     startup_seconds: float = 30.0
     """A model server's start once its weights are loaded ("Graph capturing finished in 20-30
     secs" in vLLM's start-up log): assumption."""
+    prestage_deadline_seconds: float = 600.0
+    """Make-before-break: before a live eviction, a short-lived pod pinned to the chosen
+    destination pulls the moved pod's images there, and the eviction waits until they are there
+    or this long has passed (`descheduler.prestage`): a 20 GB serving image took 5–6 min to pull
+    and 3–4 to extract (BentoML, as issue 46 quotes it). 0 turns pre-staging off."""
     ledger_namespace: str = "gpu-balancer"
     """Where the eviction ledger ConfigMap (cooldowns and back-off) lives: our own namespace."""
     ledger_name: str = "gpu-balancer-eviction-ledger"
@@ -510,6 +515,8 @@ def validate_policy(policy: BalancerPolicy) -> None:
     _require(d.cooldown_seconds >= 0 and d.backoff_factor >= 1, "descheduler.backoffFactor",
              "cooldown must not be negative and backoffFactor at least 1")
     _require(d.payback_horizon_seconds >= 0, "descheduler.paybackHorizonSeconds", "must not be negative")
+    _require(0 <= d.prestage_deadline_seconds <= 3600, "descheduler.prestageDeadlineSeconds",
+             "must be 0 (off) to 3600: a run waits this long at most")
     _require(d.restart_cost_seconds >= 0 and d.startup_seconds >= 0, "descheduler.restartCostSeconds",
              "restartCostSeconds and startupSeconds must not be negative")
     _require(d.image_pull_bytes_per_second > 0 and d.weight_load_bytes_per_second > 0

@@ -126,6 +126,13 @@ def test_control_plane_descheduler_evicts_through_the_eviction_api_and_a_pdb_hol
         plane.wait_for(lambda: len(list_pods(plane, "cp-evict", "app=free")) == 1, "its ReplicaSet recreated it", 60)
     # Whatever it evicted (elsewhere too: the serving replica the spread term put here) is gone.
     assert report["evictions"], ("the descheduler evicted nothing through the Eviction API", report)
+    # Make before break, with the descheduler's own token: no node lists the image, so each move's
+    # pre-pull pod was created on its destination (KWOK ran it there), and only then the eviction.
+    for eviction in report["evictions"]:
+        assert eviction["destination"] in others and eviction["prestage"].startswith(
+            f"pulled 1 image on {eviction['destination']} in "), (eviction, result.stderr[-2000:])
+    assert not list_pods(plane, "gpu-balancer", "app.kubernetes.io/component=prepull"), "no pre-pull pod left"
+    assert report["summary"]["staged"] >= len(report["evictions"]), report["summary"]
     for eviction in report["evictions"]:
         plane.wait_for(lambda: plane.kubectl("get", "pod", eviction["pod"], "-n", eviction["namespace"],
                                              check=False).returncode != 0, f"{eviction['pod']} deleted", 60)

@@ -126,7 +126,9 @@ def test_a_live_run_evicts_records_its_ledger_and_the_next_run_holds_off(prometh
             emulator[f"post /api/v1/namespaces/inference/pods/{s.pod.name}/eviction"] << 201 << {
                 "kind": "Status", "status": "Success"}
     policy = default_policy()
-    policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus_with_history.url))
+    # kmock runs no kubelet, so the pre-pull pods never pull: a one-second deadline lets the run go on.
+    policy = replace(policy, prometheus=replace(policy.prometheus, url=prometheus_with_history.url),
+                     descheduler=replace(policy.descheduler, prestage_deadline_seconds=1))
     cluster = cluster_from_list(json.loads(cluster_file(tmp_path).read_text()), policy.placement)
     core, events = client.CoreV1Api(api), client.EventsV1Api(api)
     query = connect(policy.prometheus)
@@ -135,6 +137,9 @@ def test_a_live_run_evicts_records_its_ledger_and_the_next_run_holds_off(prometh
     evicted = [o.eviction.pod for o in first.outcomes if o.result == "evicted"]
     assert evicted and all(pod.startswith("hot-a-") for pod in evicted)
     assert len(events.list_namespaced_event("inference").items) == len(evicted)
+    staged = [e["prestage"] for e in first.as_dict()["evictions"]]
+    assert staged and all("evicted at the deadline" in s or "already on" in s for s in staged), staged
+    assert not core.list_namespaced_pod(policy.descheduler.ledger_namespace).items, "no pre-pull pod left"
     ledger = core.read_namespaced_config_map(policy.descheduler.ledger_name, policy.descheduler.ledger_namespace)
     assert all(pod in ledger.data["evictions.json"] for pod in evicted)
     second = run_once(policy, query=query, cluster=cluster, core=core, events=events, dry_run=False,

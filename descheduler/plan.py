@@ -88,7 +88,7 @@ def plan_evictions(*, fleet: FleetHeat, snapshot: ClusterSnapshot, windows: Mapp
                 skipped.append(Skip(pod.namespace, pod.name, why))
                 continue
             recovered = source.recovers(pod) if source.recovers else None
-            move = _payback(pod, heat, destination, snapshot, policy, recovered) if source.weigh_payback else None
+            move = _payback(pod, heat, destination, cluster, snapshot, policy, recovered) if source.weigh_payback else None
             if move is not None and not move.pays:
                 spare[destination].update(dict(pod.gpu_resources))
                 skipped.append(Skip(pod.namespace, pod.name, f"move does not pay: {move.describe()}"))
@@ -120,8 +120,8 @@ def _candidates(node: str, cluster: Cluster, ledger: LedgerState, snapshot: Clus
     return candidates
 
 
-def _payback(pod: PodInfo, heat: Mapping[str, NodeHeat], destination: str, snapshot: ClusterSnapshot,
-             policy: DeschedulerPolicy, recovered: float | None = None) -> Payback | None:
+def _payback(pod: PodInfo, heat: Mapping[str, NodeHeat], destination: str, cluster: Cluster,
+             snapshot: ClusterSnapshot, policy: DeschedulerPolicy, recovered: float | None = None) -> Payback | None:
     """What moving the pod to `destination` gains against its restart (None: the rule is off)."""
     if policy.payback_horizon_seconds <= 0:
         return None
@@ -129,7 +129,8 @@ def _payback(pod: PodInfo, heat: Mapping[str, NodeHeat], destination: str, snaps
     replica = next((r for r in source.serving if r.namespace == pod.namespace and r.pod == pod.name), None) if (
         source is not None) else None
     return payback(pod.annotations, source_util=heat[pod.node].gpu_util, destination_util=heat[destination].gpu_util,
-                   replica=replica, policy=policy, recovered=recovered)
+                   replica=replica, policy=policy, recovered=recovered, images=pod.images,
+                   destination=cluster.nodes[destination].facts)
 
 
 def _images_on(cluster: Cluster, node: str) -> Mapping[str, int]:

@@ -98,3 +98,26 @@ def test_the_run_report_shows_both_numbers_and_the_summary_counts_moves_that_did
     (entry,) = report.as_dict()["would_evict"]
     assert entry["gain_seconds"] == 1476.0 and entry["restart_seconds"] == pytest.approx(118.6)
     assert summarise(report.plan, report.outcomes, dry_run=True, at=NOW).skipped == {"no-payback": len(unpaid.skipped)}
+
+
+def test_the_restart_is_priced_on_the_destination_and_what_it_lacks_is_staged_there():
+    """A destination that lists the pod's image pulls nothing (issue 47, item 4): the restart is
+    the weights and the start alone, and nothing is pre-staged; one without it pays the pull."""
+    image = {"names": ["docker.io/library/x@sha256:ab", "docker.io/library/x:latest"], "sizeBytes": 15 * 2**30}
+
+    def move_to(cool_b):
+        pods = [pod_obj("p0", "hot-a", owner_name="svc0-5d4f", annotations=LLM)]
+        snap = snapshot({"hot-a": [("inference", "p0", 1, 100.0)]})
+        (eviction,) = plan_evictions(
+            fleet=fleet(heat("hot-a", 92), heat("cool-b", 10)), snapshot=snap,
+            windows={"utilisation": window(hot_a=(92.0, 85.0, 1.0), cool_b=(10.0, 8.0, 1.0))},
+            cluster=cluster(node_obj("hot-a"), cool_b, *pods), ledger=LedgerState(), policy=POLICY, now=NOW).evictions
+        return eviction
+
+    cached = node_obj("cool-b")
+    cached["status"]["images"] = [image]
+    there, bare = move_to(cached), move_to(node_obj("cool-b"))
+    assert there.destination == bare.destination == "cool-b"
+    assert there.payback.restart_seconds == pytest.approx(16_060_000_000 / 2e9 + 30) and there.stage == ()
+    assert bare.payback.restart_seconds == pytest.approx(restart_seconds(LLM, POLICY))
+    assert bare.stage == ("docker.io/library/x:latest",)

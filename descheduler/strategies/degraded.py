@@ -1,5 +1,6 @@
 """The degraded strategy: a pod on a GPU whose clock under load sits well under its model's median
-(`scoring.ingest.signals.degraded`) serves every step slower than its peers; it moves where the
+(`scoring.ingest.signals.degraded`), or whose replica's TPOT runs well over its like peers'
+(`scoring.ingest.signals.tpot`), serves every step slower than its peers; it moves where the
 payback rule, priced on the share of its service the slow clock costs, says the move pays. Pure,
 no I/O.
 
@@ -19,7 +20,18 @@ from descheduler.strategies.base import PlanInputs, Source
 from descheduler.strategies.serving import keep_peers_serving
 from scoring.heat import FleetHeat
 from scoring.ingest.signals.degraded import NAME, degraded_gpus
+from scoring.ingest.signals.tpot import slow_gpus
+from scoring.ingest.telemetry import NodeTelemetry
 from scoring.plugins import NoArgs, Registration
+
+
+def _lost(node: NodeTelemetry) -> dict[str, float]:
+    """Unit → the share of a step its slowness costs: 1 − its clock over its peers', or 1 − its
+    replica's peers' TPOT over its own (the TPOT signal), the larger where both found it."""
+    lost = {unit: 1.0 - clock / peers for unit, clock, peers in degraded_gpus(node) if peers > 0}
+    for unit, ratio in slow_gpus(node):
+        lost[unit] = max(lost.get(unit, 0.0), 1.0 - 1.0 / ratio)
+    return lost
 
 
 class Degraded:
@@ -32,13 +44,14 @@ class Degraded:
         """Nodes with a workload pod on a degraded GPU, the slowest GPU first."""
         found = []
         for name, node in inputs.snapshot.by_name.items():
-            if name in taken or not (slow := degraded_gpus(node)):
+            if name in taken or not (lost := _lost(node)):
                 continue
-            lost = {unit: 1.0 - clock / peers for unit, clock, peers in slow if peers > 0}
             on_slow = {(p.namespace, p.name): max(lost.get(g, 0.0) for g in p.gpu_ids) for p in node.pods
                        if lost.keys() & set(p.gpu_ids)}
             if on_slow:
-                said = ", ".join(f"GPU {unit} at {clock:,.0f} of {peers:,.0f} MHz" for unit, clock, peers in slow)
+                said = ", ".join([f"GPU {unit} at {clock:,.0f} of {peers:,.0f} MHz" for unit, clock, peers in
+                                  degraded_gpus(node)] + [f"GPU {unit}'s replica at {ratio:.2f}× its peers' TPOT"
+                                                          for unit, ratio in slow_gpus(node)])
                 replicas = {(r.namespace, r.pod): r for r in node.serving}
                 # The slowest GPU's pod first; one whose peers could not take its traffic stays.
                 order = partial(keep_peers_serving, rank={key: (-share, *key) for key, share in on_slow.items()},

@@ -40,7 +40,7 @@ def samples():
 @pytest.mark.parametrize("signal", [s for s in registry.SIGNALS if "dcgm-exporter" in s.exporters],
                          ids=lambda s: s.name)
 def test_a_signal_reads_the_same_through_prometheus_as_from_its_own_aggregate(prometheus, signal):
-    # A signal of other exporters' series (host_cpu) is held against their own text instead
+    # A signal of other exporters' series (host_cpu, tpot) is held against their own text instead
     # (tests/scoring/test_host_cpu.py).
     gpus = samples()
     text = render_exposition(gpus)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scoring.ingest.rows import Series
-from scoring.ingest.signals import degraded, health, host_cpu, pcie, temperature, throttling
+from scoring.ingest.signals import degraded, health, host_cpu, pcie, temperature, throttling, tpot
 from scoring.ingest.signals.base import NodeOf, NodeSignal, Rows
 from scoring.ingest.telemetry import GpuSample, NodeTelemetry
 from scoring.plugins import Registration, build_all
@@ -15,7 +15,7 @@ from scoring.tiers import Verdict
 
 REGISTERED: dict[str, Registration[NodeSignal]] = {r.name: r for r in (
     temperature.REGISTRATION, throttling.REGISTRATION, health.REGISTRATION, host_cpu.REGISTRATION,
-    degraded.REGISTRATION, pcie.REGISTRATION)}
+    degraded.REGISTRATION, pcie.REGISTRATION, tpot.REGISTRATION)}
 SIGNALS: tuple[NodeSignal, ...] = tuple(r.build(r.args()) for r in REGISTERED.values())
 """Every signal with its default arguments: what reading rows and explaining reasons use (a signal
 the policy turned off has no rows and gives no reasons)."""

@@ -14,7 +14,7 @@ import pytest
 from scoring.heat import Tier, node_heat
 from scoring.ingest.prometheus import _series, connect
 from scoring.ingest.rows import Series
-from scoring.ingest.signals import registry
+from scoring.ingest.signals import host_cpu, registry
 from scoring.ingest.signals.tpot import HELD, LOAD, RATIO, TPOT, Args, Tpot, slow_gpus
 from scoring.ingest.telemetry import NodeTelemetry
 from scoring.policy import HeatPolicy, PolicyError, default_policy, parse_policy
@@ -130,6 +130,14 @@ def test_the_degraded_strategy_moves_a_replica_off_a_gpu_the_tpot_signal_marked(
 
     node = NodeTelemetry("n0", 4, readings=((f"{RATIO}:2", 1.25),))
     assert slow_gpus(node) == [("2", 1.25)] and _lost(node) == {"2": pytest.approx(0.2)}
+
+
+@pytest.mark.parametrize("host", [host_cpu.THROTTLED, host_cpu.WAITING])
+def test_a_node_whose_host_cpus_explain_a_slow_replica_marks_no_gpu(host):
+    """A replica held at its own CPU limit is slow on any node: its GPU is not the cause, and
+    moving it would only move its replacement next (BENCHMARKS, "Host CPU: throttling")."""
+    node = NodeTelemetry("n0", 4, readings=tuple(sorted(((f"{RATIO}:2", 2.0), (host, 0.3)))))
+    assert slow_gpus(node) == [] and Tpot().verdicts(node, HeatPolicy()) == []
 
 
 @pytest.mark.parametrize("document, says", [

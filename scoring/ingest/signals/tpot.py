@@ -11,7 +11,8 @@ slowdown (2× or more) — Sinha et al., "Not All GPUs Are Created Equal", SC22 
 the clock signal's 0.8 of its peers is the same bar (1 / 0.8). Peers are alike when their running
 batch is within `batchFactor` of its and their KV cache use within `kvFillSpread` (assumptions:
 a step's time grows with both, slowly within those bands). A replica slowed by its host's CPUs
-reads slow too; the reason names TPOT, not the clock, and the host-CPU signal says the host's part.
+reads slow too, so where the host-CPU signal reads its node's GPU pods throttled or its tasks
+waiting for a CPU (its warm bar, a tenth of the time) this signal marks nothing there.
 
 Reads the model servers' own series, as a PodMonitor labels them (`namespace`, `pod`), over
 `windowSeconds`: the TPOT histogram's mean (vLLM v1's `vllm:inter_token_latency_seconds`, v0's
@@ -30,6 +31,7 @@ from typing import Any
 
 from scoring import dcgm
 from scoring.ingest.rows import Series, selector
+from scoring.ingest.signals import host_cpu
 from scoring.ingest.signals.base import BY_UNIT, NodeOf, Rows
 from scoring.ingest.telemetry import GpuSample, NodeTelemetry, unit_id
 from scoring.plugins import Registration
@@ -86,8 +88,17 @@ class _Replica:
     kv: float | None
 
 
+HOST_BAR = host_cpu.Args().warm_share
+"""A node whose GPU pods are CPU-throttled, or whose tasks wait for a CPU, this share of the time
+or more: its replicas' TPOT says nothing of its GPUs (the host-CPU signal's warm bar)."""
+
+
 def slow_gpus(node: NodeTelemetry) -> list[tuple[str, float]]:
-    """(unit, its replica's TPOT over its peers') for each GPU this signal marks degraded, in unit order."""
+    """(unit, its replica's TPOT over its peers') for each GPU this signal marks degraded, in unit
+    order; none on a node whose host CPUs explain a slow replica. A replica held at its own CPU
+    limit runs slow on any node: marking its GPU would move it, and its replacement, for ever."""
+    if any((node.reading(name) or 0.0) >= HOST_BAR for name in (host_cpu.THROTTLED, host_cpu.WAITING)):
+        return []
     return node.readings_per(RATIO)
 
 

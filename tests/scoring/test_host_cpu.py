@@ -152,7 +152,7 @@ def test_the_policy_turns_the_signal_off_or_moves_its_bars():
 def test_a_bad_signal_entry_is_named_in_one_line():
     for text, message in (
             ("[{name: host-cpu}]", "heat.signals[0].name: unknown signal 'host-cpu' (known: temperature, throttling, "
-                                   "health, host_cpu, degraded, pcie)"),
+                                   "health, host_cpu, degraded, pcie, tpot)"),
             ("[{name: host_cpu, args: {hotShare: 2}}]", "heat.signals[0].args.warmShare: must satisfy"),
             ("[{name: temperature, args: {hot: 1}}]", "heat.signals[0].args.hot: unknown field (known: )")):
         with pytest.raises(PolicyError) as error:

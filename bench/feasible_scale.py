@@ -32,7 +32,7 @@ from scoring.cluster.view import ClusterView  # noqa: E402
 from scoring.heat import FleetHeat, NodeHeat, Tier  # noqa: E402
 from scoring.policy import PlacementPolicy  # noqa: E402
 from webhook.admit import decide  # noqa: E402
-from webhook.cluster_watch import DRA_KINDS, ClusterWatch  # noqa: E402
+from webhook.cluster_watch import OPTIONAL_KINDS, ClusterWatch  # noqa: E402
 from webhook.ledger import SteeringLedger  # noqa: E402
 from webhook.review import decode_review, pod_review  # noqa: E402
 
@@ -108,8 +108,8 @@ def view_memory(nodes: int, pods: int) -> tuple[float, int]:
         pod["status"] = {"phase": "Running"}
         bound.append(pod)
     watch.on_list("pods", bound)
-    for kind in DRA_KINDS:
-        watch.on_list(kind, [])  # a fleet without DRA objects: listed, and empty
+    for kind in OPTIONAL_KINDS:
+        watch.on_list(kind, [])  # a fleet without DRA objects or HPAs: listed, and empty
     view = watch.freeze()
     used = tracemalloc.get_traced_memory()[0] - baseline
     tracemalloc.stop()

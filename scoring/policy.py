@@ -213,6 +213,13 @@ class PlacementPolicy:
     (`scoring.advice.readiness`, priced with the descheduler's pull and load rates): a cool node that
     must pull for minutes can rank below a warm node that holds the image. The descheduler's
     10-minute window, after which a poor placement is its to mend (assumption). 0: off."""
+    urgent_scale_ratio: float = 1.25
+    """A pod is urgent too where the HorizontalPodAutoscaler that scales its workload reads a
+    metric at least this many times its target (`status.currentMetrics` over `spec.metrics`,
+    the highest): the HPA saw it the moment it added the pod, where the serving series are a
+    scrape and a rule behind. 1.25 is the HPA's 10 % tolerance and more than as much again twice:
+    past what an ordinary swing in load shows between two syncs, so a surge, not drift
+    (assumption). 0: HPAs are not read for urgency."""
     settle_seconds: float = 45.0
     """How long steered load is remembered past the telemetry that could show it: scheduling,
     image pull and one exporter interval before the pod's GPU use appears in DCGM."""
@@ -489,6 +496,8 @@ def validate_policy(policy: BalancerPolicy) -> None:
     _require(placement.replica_spread in REPLICA_SPREADS, "placement.replicaSpread",
              f"must be one of {', '.join(REPLICA_SPREADS)}; got {placement.replica_spread!r}")
     _require(placement.ready_horizon_seconds >= 0, "placement.readyHorizonSeconds", "must not be negative (0: off)")
+    _require(placement.urgent_scale_ratio == 0 or placement.urgent_scale_ratio > 1, "placement.urgentScaleRatio",
+             "must be over 1 (0: off)")
     _require(placement.hard_avoid_min_spare_gpus >= 0, "placement.hardAvoidMinSpareGpus", "must not be negative")
     _require(placement.settle_seconds >= 0, "placement.settleSeconds", "must not be negative")
     _require(bool(placement.gpu_resources) and all(placement.gpu_resources), "placement.gpuResources",

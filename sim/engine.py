@@ -347,8 +347,8 @@ def bind(world: World, pod: SimPod, node: str) -> None:
 
 def cluster_objects(world: World) -> list[dict]:
     """The world as `kubectl get namespaces,nodes,pods -A -o json` would list it: its namespaces
-    (all opted in), nodes and bound pods; on a DRA fleet also `resourceslices,resourceclaims,
-    resourceclaimtemplates`."""
+    (all opted in), nodes, each service's HorizontalPodAutoscaler and bound pods; on a DRA fleet
+    also `resourceslices,resourceclaims,resourceclaimtemplates`."""
     bound = [dict(p.obj, kind="Pod") for p in world.pods.values() if p.node is not None]
     namespaces = sorted({pod.get("metadata", {}).get("namespace", "") for pod in bound})
     objects = [namespace_object(name, OptInPolicy()) for name in namespaces]
@@ -360,7 +360,25 @@ def cluster_objects(world: World) -> list[dict]:
                 for n in world.nodes.values()]
     if world.dra:
         objects += _dra_objects(world)
-    return objects + bound
+    return objects + [_autoscaler(world, s) for s in world.services.values()] + bound
+
+
+def _autoscaler(world: World, service: Service) -> dict:
+    """The service's HorizontalPodAutoscaler as the API server lists it: its target utilisation as
+    a Pods metric, and what it read at its last sync (none while no replica is ready)."""
+    metric = {"name": "gpu_busy_share"}
+    status: dict = {"currentReplicas": sum(1 for p in world.pods.values() if p.service == service.name)}
+    if service.hpa_load is not None:
+        status["currentMetrics"] = [{"type": "Pods", "pods": {
+            "metric": metric, "current": {"averageValue": f"{round(service.hpa_load * 1000)}m"}}}]
+    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": service.name, "namespace": NAMESPACE},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": service.name},
+                     "minReplicas": service.min_replicas, "maxReplicas": service.max_replicas,
+                     "metrics": [{"type": "Pods", "pods": {"metric": metric, "target": {
+                         "type": "AverageValue",
+                         "averageValue": f"{round(world.scenario.inference.target_util * 1000)}m"}}}]},
+            "status": status}
 
 
 def _dra_objects(world: World) -> list[dict]:
@@ -406,8 +424,10 @@ def step_workloads(world: World) -> None:
         running = world.running(service.name)
         existing = [p for p in world.pods.values() if p.service == service.name]
         if tick % inf.autoscale_every_ticks == 0 or not existing:
-            desired = min(service.max_replicas, max(service.min_replicas,
-                                                    math.ceil(demand_now(world, service) / inf.target_util)))
+            demand = demand_now(world, service)
+            ready = sum(1 for p in existing if serving_world.is_ready(world, p))
+            service.hpa_load = demand / ready if ready else None
+            desired = min(service.max_replicas, max(service.min_replicas, math.ceil(demand / inf.target_util)))
             _scale(world, service, existing, desired)
         if rng.random() < inf.rollouts_per_service_per_day / (24 * ticks_per_hour):
             service.template_hash = f"{rng.getrandbits(32):08x}"[:9]

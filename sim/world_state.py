@@ -32,6 +32,10 @@ class Service:
     image_bytes: int = 15 * 2**30
     """Model-serving images carry weights: many GB, which is what makes ImageLocality pull replicas together."""
     burst_until: int = -1
+    hpa_load: float | None = None
+    """The load per ready replica its HorizontalPodAutoscaler read at its last sync (demand over
+    ready replicas, in the units of `inference.targetUtil`, its target): what the HPA's status
+    shows (`sim.engine.cluster_objects`). None before its first sync, or with no replica ready."""
     serial: int = 0
     pool: PoolShape | None = None
     """The pool its pods are pinned to by nodeSelector (tolerating its taints), or None."""

@@ -1,5 +1,6 @@
-"""A stateful stand-in for the kube-apiserver's list/watch of Namespaces, Nodes and Pods, and of DRA's
-ResourceSlices, ResourceClaims and ResourceClaimTemplates (`resource.k8s.io/v1`), on loopback (test I/O).
+"""A stateful stand-in for the kube-apiserver's list/watch of Namespaces, Nodes and Pods, of DRA's
+ResourceSlices, ResourceClaims and ResourceClaimTemplates (`resource.k8s.io/v1`), and of
+HorizontalPodAutoscalers (`autoscaling/v2`), on loopback (test I/O).
 
 What the cluster view relies on, served the API server's way: resourceVersions from one counter,
 paginated lists (`limit`/`continue`) whose continue token expires (410, reason Expired) once the
@@ -23,10 +24,11 @@ from urllib.parse import parse_qs, urlparse
 
 DRA = "/apis/resource.k8s.io/v1/"
 PATHS = {"/api/v1/namespaces": "namespaces", "/api/v1/nodes": "nodes", "/api/v1/pods": "pods", DRA + "resourceslices": "resourceslices",
-         DRA + "resourceclaims": "resourceclaims", DRA + "resourceclaimtemplates": "resourceclaimtemplates"}
+         DRA + "resourceclaims": "resourceclaims", DRA + "resourceclaimtemplates": "resourceclaimtemplates",
+         "/apis/autoscaling/v2/horizontalpodautoscalers": "horizontalpodautoscalers"}
 CLUSTER_SCOPED = ("namespaces", "nodes", "resourceslices")
 KINDS = {"namespaces": "Namespace", "nodes": "Node", "pods": "Pod", "resourceslices": "ResourceSlice", "resourceclaims": "ResourceClaim",
-         "resourceclaimtemplates": "ResourceClaimTemplate"}
+         "resourceclaimtemplates": "ResourceClaimTemplate", "horizontalpodautoscalers": "HorizontalPodAutoscaler"}
 
 
 def _field(obj: dict[str, Any], path: str) -> str:
@@ -56,6 +58,8 @@ class KubeApi:
         self.objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in PATHS.values()}
         self.serves_dra = True
         """False: the DRA paths answer 404, as on a cluster that does not serve resource.k8s.io/v1."""
+        self.serves_autoscaling = True
+        """False: the HPA path answers 404 (as a role without the grant would answer 403)."""
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []
         self.version = 100
         self.compacted = 0
@@ -140,7 +144,8 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
             api.requests.append((url.path, query))
             api.requests_at.append(time.monotonic())
             kind = PATHS.get(url.path)
-            if kind is None or (url.path.startswith(DRA) and not api.serves_dra):
+            if kind is None or (url.path.startswith(DRA) and not api.serves_dra) or \
+                    (kind == "horizontalpodautoscalers" and not api.serves_autoscaling):
                 return self._send(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
             with api.changed:
                 throttled = api.throttle_next > 0

@@ -40,13 +40,22 @@ class Decision:
     detail: str = ""
 
 
-def urgency(pod: dict, namespace: str, index: PlacementIndex, policy: PlacementPolicy) -> str:
-    """Why the pod's service needs it serving soon ("svc queueing": its replicas are over their
-    serving target), else empty."""
-    if not index.queueing:
-        return ""
+def urgency(pod: dict, namespace: str, index: PlacementIndex, policy: PlacementPolicy,
+            view: ClusterView | None = None) -> str:
+    """Why the pod's service needs it serving soon, else empty: its replicas are over their serving
+    target ("svc queueing"), or the HPA that scales it reads its load well over target
+    ("svc scaling: HPA at 1.5× target"; `placement.urgentScaleRatio`), which it saw when it
+    added this pod, a scrape and a rule before the serving series show it."""
     workload = admitted_workload(pod, policy)
-    return f"{workload} queueing" if (namespace, workload) in index.queueing else ""
+    if (namespace, workload) in index.queueing:
+        return f"{workload} queueing"
+    if view is None or not view.scaling or not policy.urgent_scale_ratio:
+        return ""
+    for name in dict.fromkeys((workload, deployment_of(pod))):
+        ratio = view.scaling.get((namespace, name), 0.0)
+        if ratio >= policy.urgent_scale_ratio:
+            return f"{name} scaling: HPA at {ratio:.2f}× target"
+    return ""
 
 
 def caching_nodes(view: ClusterView, model: tuple[str, str]) -> Callable[[str], bool]:
@@ -56,11 +65,14 @@ def caching_nodes(view: ClusterView, model: tuple[str, str]) -> Callable[[str], 
 
 def admitted_workload(pod: dict, policy: PlacementPolicy) -> str:
     """The workload a pod being created belongs to, as the serving series name it: its workload
-    label, else its name (or `generateName`, "<deployment>-<pod-template-hash>-") less the
-    ReplicaSet's suffixes."""
+    label, else its Deployment (`deployment_of`)."""
+    return labels_of(pod).get(policy.workload_label) or deployment_of(pod)
+
+
+def deployment_of(pod: dict) -> str:
+    """The pod's name (or `generateName`, "<deployment>-<pod-template-hash>-") less the
+    ReplicaSet's suffixes: what an HPA's `scaleTargetRef` names."""
     metadata, labels = as_dict(pod.get("metadata")), labels_of(pod)
-    if workload := labels.get(policy.workload_label):
-        return workload
     if isinstance(name := metadata.get("name"), str) and name:
         return workload_of_pod(name)
     stem = str(metadata.get("generateName") or "").rstrip("-")
@@ -133,7 +145,7 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
             ledger.remember_group(group_key, advice.domain, now)
     else:
         k = policy.max_preferred_nodes
-        urgent = urgency(pod, request.namespace, index, policy)
+        urgent = urgency(pod, request.namespace, index, policy, view)
         # Urgent, the nodes that cache the pod's model join the pool wherever their headroom ranks
         # them. In steady state they do not: spending the cache's room on replicas that can wait
         # measured worse (BENCHMARKS, "Cold start and failures").

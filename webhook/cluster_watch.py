@@ -1,5 +1,5 @@
-"""The webhook's cluster view: Nodes and Pods, and DRA's ResourceSlices, ResourceClaims and
-ResourceClaimTemplates, kept to what placement needs and frozen into a `ClusterView` on each
+"""The webhook's cluster view: Nodes and Pods, DRA's ResourceSlices, ResourceClaims and
+ResourceClaimTemplates, and HorizontalPodAutoscalers, kept to what placement needs and frozen into a `ClusterView` on each
 refresh (I/O through `webhook.list_watch`, which lists and watches them).
 
 One background thread per kind (`webhook.list_watch.ListWatch`), never on the admission path:
@@ -10,8 +10,8 @@ non-terminal only (a field selector), so a pod's binding arrives as its first ev
 is handed to `on_binding` (the ledger).
 
 Without API access (403, API down) `freeze` returns None and the webhook advises on telemetry
-alone; each change of state is logged once and counted. The DRA kinds are optional: where the
-cluster does not serve `resource.k8s.io/v1` (404) or the role does not grant them (403), they
+alone; each change of state is logged once and counted. The DRA kinds and HPAs are optional: where
+the cluster does not serve `resource.k8s.io/v1` (404) or the role does not grant them (403), they
 count as empty, which is logged once, and the view goes on with Nodes and Pods.
 """
 
@@ -44,6 +44,11 @@ BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 CORE_KINDS = ("nodes", "pods")
 DRA_KINDS = ("resourceslices", "resourceclaims", "resourceclaimtemplates")
 """Optional: a cluster without DRA (or a role without these grants) still has a view."""
+OPTIONAL_KINDS = DRA_KINDS + ("horizontalpodautoscalers",)
+"""A cluster without HPAs (or a role that cannot read them) still has a view."""
+_WITHOUT = {**dict.fromkeys(DRA_KINDS, "DRA pods claiming through them are not counted"),
+            "horizontalpodautoscalers": "no pod is judged urgent by its autoscaler"}
+"""What each optional kind counted as empty costs the advice."""
 OPTIONAL_RETRY_SECONDS = 300.0
 """How often an absent DRA API (404) or grant (403) is asked about again."""
 
@@ -102,15 +107,15 @@ class ClusterWatch:
         self._lock = threading.Lock()
         self._cluster = ClusterState(policy, on_binding=on_binding, on_release=on_release,
                                      recent_seconds=recent_seconds)
-        kinds = CORE_KINDS + DRA_KINDS
+        kinds = CORE_KINDS + OPTIONAL_KINDS
         self._synced = dict.fromkeys(kinds, False)
         self._failing_since: dict[str, datetime | None] = dict.fromkeys(kinds)
         self.absent: dict[str, str] = {}
-        """DRA kinds counted as empty, and why (not served, not granted)."""
+        """Optional kinds counted as empty, and why (not served, not granted)."""
         self._state = "starting"
         self._frozen: ClusterView | None = None
         self._dirty = True
-        core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+        core, resource, autoscaling = client.CoreV1Api(api), client.ResourceV1Api(api), client.AutoscalingV2Api(api)
 
         def bound_pods(**kwargs: Any) -> Any:
             return core.list_pod_for_all_namespaces(field_selector=BOUND_PODS, **kwargs)
@@ -118,8 +123,9 @@ class ClusterWatch:
         self._list_watch = ListWatch(
             {"nodes": core.list_node, "pods": bound_pods, "resourceslices": resource.list_resource_slice,
              "resourceclaims": resource.list_resource_claim_for_all_namespaces,
-             "resourceclaimtemplates": resource.list_resource_claim_template_for_all_namespaces},
-            self, optional=DRA_KINDS, shape=slim, page_size=page_size, watch_seconds=watch_seconds,
+             "resourceclaimtemplates": resource.list_resource_claim_template_for_all_namespaces,
+             "horizontalpodautoscalers": autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces},
+            self, optional=OPTIONAL_KINDS, shape=slim, page_size=page_size, watch_seconds=watch_seconds,
             request_timeout=request_timeout, backoff=backoff, optional_retry_seconds=OPTIONAL_RETRY_SECONDS)
 
     # -- the view -----------------------------------------------------------------------------
@@ -179,7 +185,7 @@ class ClusterWatch:
     def on_absent(self, kind: str, why: str) -> None:
         with self._lock:
             if self.absent.get(kind) != why:
-                log.warning("cluster view: %s %s; DRA pods claiming through them are not counted", kind, why)
+                log.warning("cluster view: %s %s; %s", kind, why, _WITHOUT[kind])
             self.absent[kind] = why
             self._cluster.clear(kind)
             self._synced[kind] = True

@@ -1,5 +1,5 @@
-"""The cluster as placement needs it, kept from Kubernetes objects: nodes, bound pods and DRA's
-ResourceSlices, ResourceClaims and ResourceClaimTemplates, reduced to what placement reads and
+"""The cluster as placement needs it, kept from Kubernetes objects: nodes, bound pods, DRA's
+ResourceSlices, ResourceClaims and ResourceClaimTemplates, and HorizontalPodAutoscalers, reduced to what placement reads and
 frozen into a `ClusterView` on demand. Pure, no I/O: the webhook's watch (`webhook.cluster_watch`)
 feeds it what its list/watch hands over; anything else that holds the objects can feed it too.
 
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from scoring.cluster.autoscalers import load_ratio, scaled_workload
 from scoring.cluster.claims import (ClaimBook, ClaimNeed, DeviceInventory, HeldDevices, PublishedSlice,
                                     allocated_devices, inventory_from_slices, pod_claims, published_slice,
                                     resource_claim_need, template_need)
@@ -26,7 +27,8 @@ from scoring.cluster.workloads import BadQuantity, gpu_request
 from scoring.policy import PlacementPolicy
 
 LISTED = {"ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
-          "ResourceClaimTemplate": "resourceclaimtemplates", "Node": "nodes", "Pod": "pods"}
+          "ResourceClaimTemplate": "resourceclaimtemplates", "HorizontalPodAutoscaler": "horizontalpodautoscalers",
+          "Node": "nodes", "Pod": "pods"}
 """Each object kind the state keeps, by the name it is listed under, in an order a full listing can
 be replayed in: claims and templates before the pods that name them."""
 
@@ -71,6 +73,8 @@ class ClusterState:
         self._templates: dict[tuple[str, str], ClaimNeed] = {}
         self._book = ClaimBook(self._templates, self._claims)
         """Live (not copied): pod events resolve their claims through it."""
+        self._scaling: dict[tuple[str, str], tuple[tuple[str, str], float]] = {}
+        """HPA (namespace, name) → (the workload it scales, its load over target), where it has read one."""
 
     @property
     def live_claims(self) -> ClaimBook:
@@ -111,7 +115,8 @@ class ClusterState:
                 nodes[name] = cached[1]
             for node, devices in self._held_devices.per_node.items():
                 held.setdefault(node, {}).update({r: n for r, n in devices.items() if n})
-        return ClusterView(nodes, held, frozenset(self._pods), now, ClaimBook(dict(self._templates), dict(self._claims)))
+        return ClusterView(nodes, held, frozenset(self._pods), now, ClaimBook(dict(self._templates), dict(self._claims)),
+                           dict(self._scaling.values()))
 
     def apply(self, kind: str, event: str, obj: dict[str, Any], now: datetime, relist: bool = False) -> None:
         """One watch event (ADDED, MODIFIED, DELETED) of `kind`."""
@@ -119,11 +124,16 @@ class ClusterState:
             self._apply_node(event, obj)
         elif kind == "pods":
             self._apply_pod(event, obj, now, relist)
+        elif kind == "horizontalpodautoscalers":
+            self._apply_autoscaler(event, obj)
         else:
             self._apply_dra(kind, event, obj)
 
     def clear(self, kind: str) -> None:
-        """A DRA kind counted as empty. Cleared in place: `_book` holds the claim and template dicts."""
+        """An optional kind counted as empty. Cleared in place: `_book` holds the claim and template dicts."""
+        if kind == "horizontalpodautoscalers":
+            self._scaling.clear()
+            return
         for state in {"resourceslices": (self._slices,), "resourceclaims": (self._claims, self._held_devices),
                       "resourceclaimtemplates": (self._templates,)}[kind]:
             state.clear()
@@ -151,6 +161,15 @@ class ClusterState:
             self._templates.pop((namespace, name), None)
         else:
             self._templates[namespace, name] = template_need(obj, self._policy)
+
+    def _apply_autoscaler(self, event: str, obj: dict[str, Any]) -> None:
+        metadata = as_dict(obj.get("metadata"))
+        key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+        workload, ratio = scaled_workload(obj), load_ratio(obj)
+        if event == "DELETED" or workload is None or ratio is None:
+            self._scaling.pop(key, None)
+        else:
+            self._scaling[key] = (workload, ratio)
 
     def _apply_node(self, event: str, obj: dict[str, Any]) -> None:
         name = str(as_dict(obj.get("metadata")).get("name", ""))

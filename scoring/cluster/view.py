@@ -45,6 +45,9 @@ class ClusterView:
     taken_at: datetime | None = None
     claims: ClaimBook = EMPTY_BOOK
     """ResourceClaimTemplates and ResourceClaims, to count what a DRA pod asks for."""
+    scaling: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """(namespace, workload) → its HorizontalPodAutoscaler's load over target at its last sync
+    (`scoring.cluster.autoscalers`), where an HPA scales it and has read its metrics."""
 
     @cached_property
     def image_sizes(self) -> Mapping[str, int]:

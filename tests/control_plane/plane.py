@@ -201,8 +201,9 @@ class ControlPlane:
             "--leader-elect=false", "--use-service-account-credentials=true",
             "--service-account-private-key-file", str(pki / "sa.key"), "--root-ca-file", str(pki / "ca.crt"),
             "--cluster-signing-cert-file", str(pki / "ca.crt"),
-            # No cloud, no node IPAM: KWOK's nodes carry their own addresses.
-            "--controllers", "*,-nodeipam",
+            # No cloud, no node IPAM: KWOK's nodes carry their own addresses. No metrics API either:
+            # an HPA's status is written by the test that needs one, as its controller would.
+            "--controllers", "*,-nodeipam,-horizontalpodautoscaling",
         ])
         kubeconfig = str(self._kubeconfig("scheduler"))
         self._spawn("scheduler", [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import itertools
 import json
 import subprocess
 import sys
@@ -55,6 +56,56 @@ def test_control_plane_real_scheduler_places_a_deployment_where_the_advice_point
     plane.wait_for(lambda: all(p["status"].get("phase") == "Running"
                                for p in list_pods(plane, "cp-serving", "app=llm")),
                    "KWOK marks the bound pods Running", 60)
+
+
+def _autoscaler(name: str, namespace: str, now_milli: int) -> tuple[dict, str]:
+    """An HPA of Deployment `name` targeting 600m of a Pods metric, and the status its controller
+    would write having read `now_milli` (none runs here: there is no metrics API)."""
+    metric = {"name": "vllm_busy_share"}
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+           "metadata": {"name": name, "namespace": namespace},
+           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                    "minReplicas": 1, "maxReplicas": 8,
+                    "metrics": [{"type": "Pods", "pods": {"metric": metric,
+                                                          "target": {"type": "AverageValue", "averageValue": "600m"}}}]}}
+    status = {"status": {"currentReplicas": 2, "desiredReplicas": 3, "currentMetrics": [
+        {"type": "Pods", "pods": {"metric": metric, "current": {"averageValue": f"{now_milli}m"}}}]}}
+    return hpa, json.dumps(status)
+
+
+def test_control_plane_a_pod_whose_hpa_reads_its_load_well_over_target_is_urgent(installed):
+    """With its own token the webhook lists and watches HPAs; a Deployment whose HPA read 1.5× its
+    target gets urgent advice with no spread term, one at 1.0× the steady-state advice."""
+    plane = installed.plane
+    plane.create_namespaces("cp-urgent", labels=OPTED_IN)
+    for name, milli in (("surge", 900), ("calm", 600)):
+        hpa, status = _autoscaler(name, "cp-urgent", milli)
+        plane.apply(hpa)
+        plane.kubectl("patch", "hpa", name, "-n", "cp-urgent", "--subresource=status", "--type=merge", "-p", status)
+    probes = itertools.count()
+
+    def probe_is_urgent() -> bool:
+        # A bare pod named like the Deployment's ("surge-<hash>-<suffix>") until the view has the HPA.
+        name = f"surge-probe-{next(probes)}"
+        plane.apply(new_pod(name, "cp-urgent"))
+        return plane.get("pod", name, "-n", "cp-urgent")["metadata"]["annotations"].get(ADVICE, "").startswith("urgent")
+
+    try:
+        plane.wait_for(probe_is_urgent, "the webhook's view holds the HPA", 60)
+        plane.apply([new_deployment("surge", "cp-urgent", replicas=2),
+                     new_deployment("calm", "cp-urgent", replicas=2)])
+        pods = plane.wait_for(lambda: (p := list_pods(plane, "cp-urgent", "app in (surge,calm)")) and len(p) == 4
+                              and p, "four replicas created", 60)
+        for pod in pods:
+            note, app = pod["metadata"]["annotations"][ADVICE], pod["metadata"]["labels"]["app"]
+            if app == "surge":
+                assert note.startswith("urgent: surge scaling: HPA at 1.50× target; preferred "), note
+                assert "topologySpreadConstraints" not in pod["spec"]
+            else:
+                assert not note.startswith("urgent") and "spread hostname" in note, note
+    finally:  # the GPUs back for the tests after this one
+        plane.kubectl("delete", "deployments,pods", "--all", "-n", "cp-urgent", "--grace-period=0", "--force",
+                      check=False)
 
 
 def test_control_plane_pods_are_still_created_when_the_webhook_is_down(installed):

@@ -107,7 +107,10 @@ def test_rbac_is_least_privilege(base):
     dra = ("resourceslices", "resourceclaims", "resourceclaimtemplates")
     assert {(r, v) for rule in webhook["rules"] for r in rule["resources"] for v in rule["verbs"]} == {
         (r, v) for r in ("nodes", "pods") for v in ("get", "list", "watch")} | {
-        (r, v) for r in dra for v in ("list", "watch")}, "the cluster view reads, nothing more"
+        (r, v) for r in dra + ("horizontalpodautoscalers",) for v in ("list", "watch")}, \
+        "the cluster view reads, nothing more"
+    assert all(rule["apiGroups"] == ["autoscaling"] for rule in webhook["rules"]
+               if "horizontalpodautoscalers" in rule["resources"])
     assert all(rule["apiGroups"] == ["resource.k8s.io"] for rule in webhook["rules"] if set(rule["resources"]) & set(dra))
     assert {(r, "list") for r in dra} <= grants and not any(v != "list" for r, v in grants if r in dra)
     (binding,) = find(base, "ClusterRoleBinding", "gpu-balancer-webhook")

@@ -174,6 +174,29 @@ def test_a_queueing_services_pod_goes_where_it_serves_soonest_with_no_spread_and
     assert "topologySpreadConstraints" in calm["spec"]
 
 
+@pytest.mark.parametrize("ratio, threshold, urgent", [(1.5, 1.25, True), (1.2, 1.25, False), (1.5, 0, False)])
+def test_a_pod_whose_autoscaler_reads_its_load_well_over_target_is_urgent_before_any_queue_shows(
+        ratio, threshold, urgent):
+    """The HPA added the pod because load outran its target; the serving series show the queue a
+    scrape and a rule later. Past `urgentScaleRatio` the pod goes where it serves soonest and says
+    why, with no spread term to push it off that node; below the ratio, or with it off (0), the
+    pod is placed as in steady state, spread term and all."""
+    placement = PlacementPolicy(urgent_scale_ratio=threshold)
+    labels = {"fluid.io/s-ml-llama-3-1-8b": "true"}
+    view = ClusterView({"cool-remote": NodeFacts("cool-remote", allocatable={GPU: 8}),
+                        "warm-cached": NodeFacts("warm-cached", labels, allocatable={GPU: 8})}, taken_at=NOW,
+                       scaling={("ml", "svc"): ratio, ("ml", "another-svc"): 9.0})
+    index = index_fleet(fleet(node("cool-remote", util=5), node("warm-cached", tier=Tier.WARM, util=60)))
+    pod = gpu_pod(**{"containers": [{"name": "s", "image": IMAGE, "resources": {"limits": {GPU: "1"}}}]})
+    pod["metadata"]["annotations"] = {"gpu-balancer.io/model-bytes": str(16 * GB), "gpu-balancer.io/model": "llama-3-1-8b"}
+    note = _advice_annotation(pod, index, view, placement, startup_costs(BalancerPolicy(placement=placement)))
+    if urgent:
+        assert note.startswith("urgent: svc scaling: HPA at 1.50× target; preferred warm-cached(100)"), note
+        assert "spread hostname" not in note
+    else:
+        assert not note.startswith("urgent") and "spread hostname" in note, note
+
+
 @pytest.mark.parametrize("queueing, first", [(frozenset({("ml", "svc")}), "warm-cached"), (frozenset(), "cool-00")])
 def test_a_queueing_services_pod_finds_the_node_that_caches_its_model_however_far_down_it_ranks(queueing, first):
     """Time to ready re-ranks the best 3 × K nodes by headroom. For a queueing service's pod a node

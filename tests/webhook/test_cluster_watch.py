@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from scoring.cluster.view import BOOKING_ANNOTATION
+from tests.scoring.test_autoscalers import cpu, hpa
 from tests.polling import wait_until
 from tests.webhook.conftest import POLICY
 
@@ -175,6 +176,23 @@ def test_forbidden_means_no_view_and_one_state_change_until_access_returns(clust
     api.forbidden = False
     wait_until(watch.freeze)
     assert states == ["forbidden", "ok"]
+
+
+def test_each_hpas_load_over_target_is_listed_and_watched_and_a_cluster_without_them_still_has_a_view(cluster):
+    api, start, _ = cluster
+    api.put("nodes", node("n1"))
+    api.put("horizontalpodautoscalers", hpa(metrics=[cpu(60)], current=[cpu(90, "current")]))
+    watch = start()
+    wait_until(lambda: (view := watch.freeze()) is not None and view.scaling)
+    assert watch.freeze().scaling == {("ml", "svc"): 1.5}
+    api.put("horizontalpodautoscalers", hpa(metrics=[cpu(60)], current=[cpu(48, "current")]))
+    wait_until(lambda: watch.freeze().scaling == {("ml", "svc"): 0.8})
+    watch.stop()
+
+    api.serves_autoscaling = False
+    without = start()
+    wait_until(without.freeze)
+    assert without.freeze().scaling == {} and without.absent == {"horizontalpodautoscalers": "not served by this cluster"}
 
 
 def test_advice_from_the_watched_view_names_only_the_pool_the_pod_selects(cluster):

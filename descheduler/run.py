@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from kubernetes import client
@@ -38,9 +39,13 @@ class Report:
     """Make-before-break, one per planned eviction in order (live runs only)."""
     prestage_deadline_seconds: float = 0.0
 
+    @cached_property
+    def _staging_of(self) -> dict[PlannedEviction, prestage.Staging]:
+        return dict(zip(self.plan.evictions, self.staging))
+
     def staged(self, eviction: PlannedEviction) -> str:
         """What was (or, in a dry run, would be) done on the eviction's destination before it."""
-        found = dict(zip(self.plan.evictions, self.staging)).get(eviction)
+        found = self._staging_of.get(eviction)
         return found.describe() if found is not None else prestage.planned_staging(
             eviction, self.prestage_deadline_seconds)
 

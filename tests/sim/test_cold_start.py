@@ -6,16 +6,20 @@ cache's nodes carry Fluid's label, which the peer that uses the cache reads."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime, timezone
 
 import pytest
 
-from scoring.policy import PolicyError
-from sim.engine import bind, build_world, cluster_objects, service_pod
+from scoring.policy import BalancerPolicy, PolicyError
+from sim.engine import bind, build_world, cluster_objects, service_pod, step_workloads
 from sim.llm import startup
 from sim.llm.hardware import model_named
+from sim.llm.world import is_ready
 from sim.node_state import image_name
 from sim.policies import make_policy, policies_for
+from sim.policies.gpu_balancer import watched_view
 from sim.scenario import ColdStart, Conditions, named, overridden
+from sim.world_state import demand_now
 from tests.sim.test_serving_world import SMALL, placed
 
 BENTOML = {"image_gb": 20.2, "pull_min": (5, 6), "extract_min": (3, 4)}
@@ -136,3 +140,23 @@ def test_the_report_gives_new_replicas_time_to_ready():
 def test_bad_fields_get_a_clear_error(key, value, named_in_error):
     with pytest.raises(PolicyError, match=named_in_error):
         overridden(with_condition(cold()), key, value)
+
+
+
+def test_each_services_hpa_shows_what_its_autoscaler_read_and_the_webhooks_view_reads_it_as_production_does():
+    """The autoscaler's last sync, listed as an `autoscaling/v2` HPA: its demand per ready replica
+    against `inference.targetUtil`, read through the same cluster state the webhook's watch feeds."""
+    world = placed(with_condition(cold()), ticks_run=2)
+    world.tick = 120 * world.scenario.inference.autoscale_every_ticks  # every first replica long ready
+    service = next(iter(world.services.values()))
+    service.burst_until = world.tick + 20
+    step_workloads(world)
+    ready = sum(1 for p in world.pods.values() if p.service == service.name and is_ready(world, p))
+    assert ready and service.hpa_load == pytest.approx(demand_now(world, service) / ready)
+    (hpa,) = [o for o in cluster_objects(world) if o["kind"] == "HorizontalPodAutoscaler"
+              and o["metadata"]["name"] == service.name]
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": service.name}
+    view = watched_view(world, BalancerPolicy(), datetime.now(timezone.utc))
+    expected = round(service.hpa_load * 1000) / round(world.scenario.inference.target_util * 1000)
+    assert view.scaling[hpa["metadata"]["namespace"], service.name] == pytest.approx(expected)
+    assert expected >= 1.25, "a burst of 1.5x on replicas sized for the target reads as urgent"

@@ -29,7 +29,7 @@ from sim.llm import topology
 from sim.llm.hardware import DEFAULT_MODELS, model_named, sharded_wider
 from sim.llm.profile import RequestMix
 from sim.scenario import DEFAULT_PRODUCT, PoolShape, Scenario, service_model, service_pool_groups
-from sim.world_state import BURST, Service, SimPod, TickSample, World, demand_now, gpu_count
+from sim.world_state import BURST, AutoscalerSync, Service, SimPod, TickSample, World, demand_now, gpu_count
 
 NAMESPACE = "inference"
 
@@ -365,12 +365,13 @@ def cluster_objects(world: World) -> list[dict]:
 
 def _autoscaler(world: World, service: Service) -> dict:
     """The service's HorizontalPodAutoscaler as the API server lists it: its target utilisation as
-    a Pods metric, and what it read at its last sync (none while no replica is ready)."""
+    a Pods metric, and what it found at its last sync (no reading while no replica is ready)."""
     metric = {"name": "gpu_busy_share"}
-    status: dict = {"currentReplicas": sum(1 for p in world.pods.values() if p.service == service.name)}
-    if service.hpa_load is not None:
+    sync = service.autoscaled
+    status: dict = {"currentReplicas": sync.replicas if sync else 0, "desiredReplicas": sync.desired if sync else 0}
+    if sync is not None and sync.load is not None:
         status["currentMetrics"] = [{"type": "Pods", "pods": {
-            "metric": metric, "current": {"averageValue": f"{round(service.hpa_load * 1000)}m"}}}]
+            "metric": metric, "current": {"averageValue": f"{round(sync.load * 1000)}m"}}}]
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": service.name, "namespace": NAMESPACE},
             "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": service.name},
@@ -426,8 +427,8 @@ def step_workloads(world: World) -> None:
         if tick % inf.autoscale_every_ticks == 0 or not existing:
             demand = demand_now(world, service)
             ready = sum(1 for p in existing if serving_world.is_ready(world, p))
-            service.hpa_load = demand / ready if ready else None
             desired = min(service.max_replicas, max(service.min_replicas, math.ceil(demand / inf.target_util)))
+            service.autoscaled = AutoscalerSync(len(existing), desired, demand / ready if ready else None)
             _scale(world, service, existing, desired)
         if rng.random() < inf.rollouts_per_service_per_day / (24 * ticks_per_hour):
             service.template_hash = f"{rng.getrandbits(32):08x}"[:9]

@@ -17,6 +17,18 @@ BURST = 1.5
 """Traffic multiplier during a service's burst (10 minutes)."""
 
 
+@dataclass(frozen=True, slots=True)
+class AutoscalerSync:
+    """One sync of a service's autoscaler."""
+
+    replicas: int
+    """Its pods when it looked."""
+    desired: int
+    load: float | None
+    """Demand per ready replica, in the units of `inference.targetUtil` (its target); None with no
+    replica ready (no pod reports the metric)."""
+
+
 @dataclass
 class Service:
     name: str
@@ -32,10 +44,9 @@ class Service:
     image_bytes: int = 15 * 2**30
     """Model-serving images carry weights: many GB, which is what makes ImageLocality pull replicas together."""
     burst_until: int = -1
-    hpa_load: float | None = None
-    """The load per ready replica its HorizontalPodAutoscaler read at its last sync (demand over
-    ready replicas, in the units of `inference.targetUtil`, its target): what the HPA's status
-    shows (`sim.engine.cluster_objects`). None before its first sync, or with no replica ready."""
+    autoscaled: AutoscalerSync | None = None
+    """What its HorizontalPodAutoscaler found at its last sync, as the HPA's status shows it
+    (`sim.engine.cluster_objects`); None before its first."""
     serial: int = 0
     pool: PoolShape | None = None
     """The pool its pods are pinned to by nodeSelector (tolerating its taints), or None."""

@@ -1,6 +1,6 @@
 """The webhook's cluster view: Nodes and Pods, DRA's ResourceSlices, ResourceClaims and
-ResourceClaimTemplates, and HorizontalPodAutoscalers, kept to what placement needs and frozen into a `ClusterView` on each
-refresh (I/O through `webhook.list_watch`, which lists and watches them).
+ResourceClaimTemplates, and HorizontalPodAutoscalers, kept to what placement needs and frozen into
+a `ClusterView` on each refresh (I/O through `webhook.list_watch`, which lists and watches them).
 
 One background thread per kind (`webhook.list_watch.ListWatch`), never on the admission path:
 listed in pages, then watched with bookmarks, relisted on 410 Gone, slowed by 429s, backed off on
@@ -50,7 +50,7 @@ _WITHOUT = {**dict.fromkeys(DRA_KINDS, "DRA pods claiming through them are not c
             "horizontalpodautoscalers": "no pod is judged urgent by its autoscaler"}
 """What each optional kind counted as empty costs the advice."""
 OPTIONAL_RETRY_SECONDS = 300.0
-"""How often an absent DRA API (404) or grant (403) is asked about again."""
+"""How often an absent optional API (404) or grant (403) is asked about again."""
 
 
 # What the view never reads of a node (or a DRA object) and a real API server sends with it.

@@ -1,7 +1,8 @@
 """The cluster as placement needs it, kept from Kubernetes objects: nodes, bound pods, DRA's
-ResourceSlices, ResourceClaims and ResourceClaimTemplates, and HorizontalPodAutoscalers, reduced to what placement reads and
-frozen into a `ClusterView` on demand. Pure, no I/O: the webhook's watch (`webhook.cluster_watch`)
-feeds it what its list/watch hands over; anything else that holds the objects can feed it too.
+ResourceSlices, ResourceClaims and ResourceClaimTemplates, and HorizontalPodAutoscalers, reduced to
+what placement reads and frozen into a `ClusterView` on demand. Pure, no I/O: the webhook's watch
+(`webhook.cluster_watch`) feeds it what its list/watch hands over; anything else that holds the
+objects can feed it too.
 
 Pods count by `scoring.cluster.holdings`' rule; each pod seen bound is handed to `on_binding` (recent
 bindings only when a full list replaces the pods: a pod bound long ago shows in telemetry
@@ -115,8 +116,8 @@ class ClusterState:
                 nodes[name] = cached[1]
             for node, devices in self._held_devices.per_node.items():
                 held.setdefault(node, {}).update({r: n for r, n in devices.items() if n})
-        return ClusterView(nodes, held, frozenset(self._pods), now, ClaimBook(dict(self._templates), dict(self._claims)),
-                           dict(self._scaling.values()))
+        return ClusterView(nodes, held, frozenset(self._pods), now,
+                           ClaimBook(dict(self._templates), dict(self._claims)), dict(self._scaling.values()))
 
     def apply(self, kind: str, event: str, obj: dict[str, Any], now: datetime, relist: bool = False) -> None:
         """One watch event (ADDED, MODIFIED, DELETED) of `kind`."""
@@ -131,11 +132,9 @@ class ClusterState:
 
     def clear(self, kind: str) -> None:
         """An optional kind counted as empty. Cleared in place: `_book` holds the claim and template dicts."""
-        if kind == "horizontalpodautoscalers":
-            self._scaling.clear()
-            return
         for state in {"resourceslices": (self._slices,), "resourceclaims": (self._claims, self._held_devices),
-                      "resourceclaimtemplates": (self._templates,)}[kind]:
+                      "resourceclaimtemplates": (self._templates,),
+                      "horizontalpodautoscalers": (self._scaling,)}[kind]:
             state.clear()
         self._inventory = None if kind == "resourceslices" else self._inventory
 

@@ -18,6 +18,7 @@ from sim.fleet import node_load_levels
 from tests.control_plane.install import (ADVICE, FLEET, OPTED_IN, advised, fill, list_pods, new_deployment,
                                          new_pod, preferred_nodes)
 from tests.control_plane.plane import REPOSITORY, ControlPlane
+from tests.scoring.test_autoscalers import hpa, pods_metric
 
 
 def test_control_plane_webhook_is_called_only_for_opted_in_namespaces_and_gpu_pods(installed):
@@ -61,16 +62,9 @@ def test_control_plane_real_scheduler_places_a_deployment_where_the_advice_point
 def _autoscaler(name: str, namespace: str, now_milli: int) -> tuple[dict, str]:
     """An HPA of Deployment `name` targeting 600m of a Pods metric, and the status its controller
     would write having read `now_milli` (none runs here: there is no metrics API)."""
-    metric = {"name": "vllm_busy_share"}
-    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-           "metadata": {"name": name, "namespace": namespace},
-           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-                    "minReplicas": 1, "maxReplicas": 8,
-                    "metrics": [{"type": "Pods", "pods": {"metric": metric,
-                                                          "target": {"type": "AverageValue", "averageValue": "600m"}}}]}}
-    status = {"status": {"currentReplicas": 2, "desiredReplicas": 3, "currentMetrics": [
-        {"type": "Pods", "pods": {"metric": metric, "current": {"averageValue": f"{now_milli}m"}}}]}}
-    return hpa, json.dumps(status)
+    obj = hpa(name=name, namespace=namespace, target=name, metrics=[pods_metric("vllm_busy_share", "600m")],
+              current=[pods_metric("vllm_busy_share", f"{now_milli}m", "current")])
+    return obj, json.dumps({"status": obj.pop("status")})
 
 
 def test_control_plane_a_pod_whose_hpa_reads_its_load_well_over_target_is_urgent(installed):
@@ -79,8 +73,8 @@ def test_control_plane_a_pod_whose_hpa_reads_its_load_well_over_target_is_urgent
     plane = installed.plane
     plane.create_namespaces("cp-urgent", labels=OPTED_IN)
     for name, milli in (("surge", 900), ("calm", 600)):
-        hpa, status = _autoscaler(name, "cp-urgent", milli)
-        plane.apply(hpa)
+        autoscaler, status = _autoscaler(name, "cp-urgent", milli)
+        plane.apply(autoscaler)
         plane.kubectl("patch", "hpa", name, "-n", "cp-urgent", "--subresource=status", "--type=merge", "-p", status)
     probes = itertools.count()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timezone
 
+import kubernetes_validate
 import pytest
 
 from scoring.policy import BalancerPolicy, PolicyError
@@ -142,7 +143,6 @@ def test_bad_fields_get_a_clear_error(key, value, named_in_error):
         overridden(with_condition(cold()), key, value)
 
 
-
 def test_each_services_hpa_shows_what_its_autoscaler_read_and_the_webhooks_view_reads_it_as_production_does():
     """The autoscaler's last sync, listed as an `autoscaling/v2` HPA: its demand per ready replica
     against `inference.targetUtil`, read through the same cluster state the webhook's watch feeds."""
@@ -152,11 +152,12 @@ def test_each_services_hpa_shows_what_its_autoscaler_read_and_the_webhooks_view_
     service.burst_until = world.tick + 20
     step_workloads(world)
     ready = sum(1 for p in world.pods.values() if p.service == service.name and is_ready(world, p))
-    assert ready and service.hpa_load == pytest.approx(demand_now(world, service) / ready)
+    assert ready and service.autoscaled.load == pytest.approx(demand_now(world, service) / ready)
     (hpa,) = [o for o in cluster_objects(world) if o["kind"] == "HorizontalPodAutoscaler"
               and o["metadata"]["name"] == service.name]
+    kubernetes_validate.validate(hpa, kubernetes_validate.latest_version(), strict=True)
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": service.name}
     view = watched_view(world, BalancerPolicy(), datetime.now(timezone.utc))
-    expected = round(service.hpa_load * 1000) / round(world.scenario.inference.target_util * 1000)
+    expected = round(service.autoscaled.load * 1000) / round(world.scenario.inference.target_util * 1000)
     assert view.scaling[hpa["metadata"]["namespace"], service.name] == pytest.approx(expected)
     assert expected >= 1.25, "a burst of 1.5x on replicas sized for the target reads as urgent"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 from scoring.cluster.view import BOOKING_ANNOTATION
-from tests.scoring.test_autoscalers import cpu, hpa
 from tests.polling import wait_until
+from tests.scoring.test_autoscalers import cpu, hpa
 from tests.webhook.conftest import POLICY
 
 

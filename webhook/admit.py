@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from scoring.advice.placement import NO_ADVICE, PlacementIndex, advise, advise_group, node_domains
-from scoring.advice.readiness import StartupCosts, by_time_to_ready, pod_startup, serving_share, time_to_ready
+from scoring.advice.readiness import PodStartup, StartupCosts, by_time_to_ready, pod_startup, serving_share, time_to_ready
 from scoring.cluster.claims import ClaimBook, has_resource_claims, pod_claims
 from scoring.cluster.feasibility import constraints_for
 from scoring.cluster.images import caches_model
@@ -58,9 +58,12 @@ def urgency(pod: dict, namespace: str, index: PlacementIndex, policy: PlacementP
     return ""
 
 
-def caching_nodes(view: ClusterView, model: tuple[str, str]) -> Callable[[str], bool]:
-    """Whether Fluid labels a node as caching the model's dataset."""
-    return lambda name: name in view.nodes and caches_model(view.nodes[name].labels, *model)
+def holds_largest_fetch(view: ClusterView, startup: PodStartup) -> Callable[[str], bool]:
+    """Whether a node holds what the pod would wait longest for: its model's dataset in a Fluid
+    cache where it names one (remote weights are the slowest fetch), else every image it runs."""
+    if startup.model is not None:
+        return lambda name: name in view.nodes and caches_model(view.nodes[name].labels, *startup.model)
+    return lambda name: name in view.nodes and all(image in view.nodes[name].images for image, _ in startup.images)
 
 
 def admitted_workload(pod: dict, policy: PlacementPolicy) -> str:
@@ -146,10 +149,10 @@ def decide(request: AdmissionRequest, *, index: PlacementIndex | None, telemetry
     else:
         k = policy.max_preferred_nodes
         urgent = urgency(pod, request.namespace, index, policy, view)
-        # Urgent, the nodes that cache the pod's model join the pool wherever their headroom ranks
-        # them. In steady state they do not: spending the cache's room on replicas that can wait
-        # measured worse (BENCHMARKS, "Cold start and failures").
-        cached = caching_nodes(view, timing.model) if urgent and timed and timing.model is not None else None
+        # Urgent, the nodes that hold its model (or, naming none, its image) join the pool wherever
+        # their headroom ranks them. In steady state they do not: spending the cache's room on
+        # replicas that can wait measured worse (BENCHMARKS, "Cold start and failures").
+        cached = holds_largest_fetch(view, timing) if urgent and timed else None
         ranked, _ = ledger.top(index, telemetry_time, need=max(1, needs.whole_gpus),
                                k=k * READY_CANDIDATES if timed else k, pod=constraints, also=cached, also_k=k)
         ready: tuple[tuple[str, str], ...] = ()

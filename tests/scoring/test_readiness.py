@@ -197,21 +197,26 @@ def test_a_pod_whose_autoscaler_reads_its_load_well_over_target_is_urgent_before
         assert not note.startswith("urgent") and "spread hostname" in note, note
 
 
+@pytest.mark.parametrize("holds", ["model", "image"])
 @pytest.mark.parametrize("queueing, first", [(frozenset({("ml", "svc")}), "warm-cached"), (frozenset(), "cool-00")])
-def test_a_queueing_services_pod_finds_the_node_that_caches_its_model_however_far_down_it_ranks(queueing, first):
+def test_a_queueing_services_pod_finds_the_node_that_holds_its_model_or_image_however_far_down_it_ranks(
+        queueing, first, holds):
     """Time to ready re-ranks the best 3 × K nodes by headroom. For a queueing service's pod a node
-    that caches its model joins them wherever it ranks, so twenty cool nodes that must fetch the
-    weights for twenty minutes do not hide the warm one that loads them in seconds; in steady state
-    the cache's room is left for such pods."""
+    that caches its model (or, where it names none, holds its image) joins them wherever it ranks,
+    so twenty cool nodes that must fetch for minutes do not hide the warm one that readies it in
+    seconds; in steady state that node's room is left for such pods."""
     policy = BalancerPolicy()
     cool = [f"cool-{i:02d}" for i in range(20)]
-    view = ClusterView({**{n: NodeFacts(n, allocatable={GPU: 8}) for n in cool},
-                        "warm-cached": NodeFacts("warm-cached", {"fluid.io/s-ml-llama-3-1-8b": "true"},
-                                                 allocatable={GPU: 8})}, taken_at=NOW)
+    pod = gpu_pod(**{"containers": [{"name": "s", "image": IMAGE, "resources": {"limits": {GPU: "1"}}}]})
+    if holds == "model":
+        pod["metadata"]["annotations"] = {"gpu-balancer.io/model-bytes": str(16 * GB),
+                                          "gpu-balancer.io/model": "llama-3-1-8b"}
+        warm = NodeFacts("warm-cached", {"fluid.io/s-ml-llama-3-1-8b": "true"}, allocatable={GPU: 8})
+    else:
+        warm = NodeFacts("warm-cached", allocatable={GPU: 8}, images={normal_image(IMAGE): 15 * GB})
+    view = ClusterView({**{n: NodeFacts(n, allocatable={GPU: 8}) for n in cool}, "warm-cached": warm}, taken_at=NOW)
     index = index_fleet(fleet(*(node(n, util=5) for n in cool), node("warm-cached", tier=Tier.WARM, util=60)),
                         queueing=queueing)
-    pod = gpu_pod(**{"containers": [{"name": "s", "image": IMAGE, "resources": {"limits": {GPU: "1"}}}]})
-    pod["metadata"]["annotations"] = {"gpu-balancer.io/model-bytes": str(16 * GB), "gpu-balancer.io/model": "llama-3-1-8b"}
     ledger = SteeringLedger(60)
     ledger.prepare(index, view)
     decision = decide(decode_review(json.dumps(review(pod)).encode()), index=index, telemetry_time=NOW,

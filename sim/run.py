@@ -52,6 +52,7 @@ def run_policy(scenario: Scenario, policy_name: str, seed: int,
     for tick in range(ticks):
         world.tick = tick
         step_workloads(world)
+        policy.tick(world)
         for job in world.jobs:
             if job not in packed_jobs and job not in roomy_jobs and _clique_has_room(world, job):
                 roomy_jobs.add(job)

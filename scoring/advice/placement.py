@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from scoring.cluster.view import ClusterView
 from scoring.heat import FleetHeat, NodeHeat, Tier
 from scoring.ingest.signals import registry as signals
+from scoring.ingest.signals.degraded import degraded_units
 from scoring.policy import PlacementPolicy
 
 _TIER_FACTOR = {Tier.COOL: 1.0, Tier.WARM: 0.5}
@@ -37,8 +38,8 @@ class NodeAvoidance:
     """The node's tier, e.g. "hot" or "unhealthy", and what throttles its GPUs where something
     does ("hot, throttled: power cap")."""
     unhealthy: bool = False
-    """A critical XID or a vanished GPU: excluded with a required term whenever the pod fits
-    elsewhere, whatever the policy says of hot nodes."""
+    """A critical XID, a vanished GPU or a degraded one: excluded with a required term whenever
+    the pod fits elsewhere, whatever the policy says of hot nodes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +121,15 @@ class PlacementIndex:
 
 def index_fleet(fleet: FleetHeat, topology: Mapping[str, tuple[tuple[str, str], ...]] | None = None,
                 queueing: frozenset[tuple[str, str]] = frozenset()) -> PlacementIndex:
-    ranked = [(base, node.gpus_free, node.name) for node in fleet.nodes if (base := base_headroom(node)) > 0]
+    """Nodes with a degraded GPU are avoided, and excluded as unhealthy ones are: a GPU its pod
+    left (the descheduler moved it, or it ended) is the one a new pod there is likely given."""
+    degraded = {node.name for node in fleet.nodes if degraded_units(node.reasons)}
+    ranked = [(base, node.gpus_free, node.name) for node in fleet.nodes
+              if node.name not in degraded and (base := base_headroom(node)) > 0]
     ranked.sort(key=lambda entry: (-entry[0], -entry[1], entry[2]))
     avoided = tuple(NodeAvoidance(n.name, str(n.tier) + (f", {why}" if (why := signals.explain(n.reasons)) else ""),
-                                  n.tier == Tier.UNHEALTHY)
-                    for n in fleet.nodes if n.tier >= Tier.HOT)
+                                  n.tier == Tier.UNHEALTHY or n.name in degraded)
+                    for n in fleet.nodes if n.tier >= Tier.HOT or n.name in degraded)
     return PlacementIndex(tuple(ranked), avoided, sum(free for _, free, _ in ranked), fleet.stale, dict(topology or {}),
                           queueing)
 

@@ -64,7 +64,7 @@ from sim.llm.profile import QUANTILES, ReplicaProfile, profile
 from sim.llm.state import GpuReport, HostReading, ServingState
 from sim.llm.telemetry import MIB
 from sim.node_state import image_name, pod_key
-from sim.world_state import SimPod, TickSample, World, demand_now
+from sim.world_state import Service, SimPod, TickSample, World, demand_now
 
 TDP_W = {"A100-40GB": 400, "A100-80GB": 400, "H100-80GB": 700, "H200": 700, "GB200": 1200, "L4": 72, "L40S": 350,
          "RTX-4090": 450, "RTX-A6000": 300}
@@ -169,9 +169,19 @@ def start_seconds(world: World, pod: SimPod, node: str) -> float:
     weights = model_of(world, service).weight_bytes
     if cache.enabled:
         return startup.terms(cache, image, world.nodes[node].images, node, weights, sv.startup_seconds).total
-    pull = 0.0 if image_name(image) in world.nodes[node].images else \
-        world.services[service].image_bytes / sv.image_pull_bytes_per_second
+    pull = image_fetch_seconds(world, world.services[service], image, node)
     return pull + weights / sv.weight_load_bytes_per_second + sv.startup_seconds
+
+
+def image_fetch_seconds(world: World, service: Service, image: str, node: str) -> float:
+    """Seconds to fetch the image onto the node: 0 where its disk has it, else its pull (and,
+    with `conditions.coldStart`, its extraction)."""
+    if image_name(image) in world.nodes[node].images:
+        return 0.0
+    if world.llm.cache.enabled:
+        terms = startup.terms(world.llm.cache, image, world.nodes[node].images, node, 0.0, 0.0)
+        return terms.pull + terms.extract
+    return service.image_bytes / world.scenario.serving.image_pull_bytes_per_second
 
 
 def ready_seconds(world: World, pod: SimPod, node: str) -> float:

@@ -14,6 +14,7 @@ from typing import Any
 
 from descheduler.cluster import cluster_from_objects
 from descheduler.ledger import EvictionRecord, LedgerState
+from descheduler.proposals import PlannedEviction
 from descheduler import step
 from descheduler.strategies.base import SERVING, THROTTLING, UTILISATION, serve_window
 from scoring import dcgm
@@ -33,6 +34,7 @@ from scoring.ingest.signals import host_cpu
 from scoring.ingest.signals.registry import remembering
 from scoring.ingest.telemetry import ClusterSnapshot, WindowStats
 from scoring.policy import BalancerPolicy, default_policy
+from sim import prestage
 from sim.engine import cluster_objects, recreate
 from sim.world_state import SimPod, World
 from sim.llm.state import GpuReport, ServingState
@@ -110,6 +112,7 @@ class GpuBalancer(Stock):
         self._preferred: dict[str, tuple[str, ...]] = {}
         self._book: ClaimBook | None = None
         self._memory: dict[str, deque[tuple[int, list[Series]]]] = {}
+        self._staging: prestage.StagedPass | None = None
 
     def reads_serving(self, world: World) -> bool:
         """Whether its heat model reads the replicas' serving series: as the shipped product, where
@@ -269,8 +272,8 @@ class GpuBalancer(Stock):
 
     def deschedule(self, world: World) -> None:
         """The production descheduler's step (`descheduler.step`) over the world's exporters."""
-        if self.telemetry(world) is None:
-            return
+        if self.telemetry(world) is None or self._staging is not None:
+            return  # no telemetry yet; or the last pass still waits for its pulls (`concurrencyPolicy: Forbid`)
         source = SimulatedTelemetry(self, world)
         try:
             found = step.assess(source, self.policy, lambda: sim_time(world))
@@ -278,15 +281,35 @@ class GpuBalancer(Stock):
             return  # stale or empty, as a real run would find it: no evictions
         cluster = cluster_from_objects(cluster_objects(world), self.policy.placement)
         plan = step.plan(source, found, cluster=cluster, ledger=self.evictions, policy=self.policy)
-        records = []
-        for eviction in plan.evictions:
+        self.carry_out(world, plan.evictions)
+
+    def carry_out(self, world: World, evictions: tuple[PlannedEviction, ...]) -> None:
+        """A pass's evictions: at once, or once the images they pre-stage have landed on their
+        destinations or the deadline has passed (`sim.prestage`)."""
+        self._staging = prestage.stage(world, evictions, self.policy.descheduler.prestage_deadline_seconds)
+        if self._staging is None:
+            self._evict(world, evictions)
+
+    def tick(self, world: World) -> None:
+        """A staged pass's images land as their pulls finish, and its evictions go once it is due."""
+        if self._staging is None:
+            return
+        prestage.land_pulls(world, self._staging)
+        if world.tick >= self._staging.due_tick:
+            evictions, self._staging = self._staging.evictions, None
+            self._evict(world, evictions)
+
+    def _evict(self, world: World, evictions: tuple[PlannedEviction, ...]) -> None:
+        """The evictions whose pods are still where the plan found them; the controller makes each
+        a replacement."""
+        records, at = [], sim_time(world)
+        for eviction in evictions:
             pod = world.pods.get(f"{eviction.namespace}/{eviction.pod}")
-            if pod is not None:
+            if pod is not None and pod.node == eviction.node:
                 recreate(world, pod)
                 world.evictions += 1
-                records.append(EvictionRecord(eviction.workload, eviction.namespace, eviction.pod, eviction.node,
-                                              found.at))
-        self.evictions = self.evictions.with_evictions(records, found.at, self.policy.descheduler)
+                records.append(EvictionRecord(eviction.workload, eviction.namespace, eviction.pod, eviction.node, at))
+        self.evictions = self.evictions.with_evictions(records, at, self.policy.descheduler)
 
     def _busy_history(self, world: World, start: int, end: int) -> list[dict[str, float]]:
         """Ticks `start` to `end`: each node's mean busy share, as the window's query reads it

@@ -34,5 +34,8 @@ class Policy(Protocol):
     def deschedule(self, world: World) -> None:
         """Evict what it would (`sim.engine.recreate`: the controller makes a replacement)."""
 
+    def tick(self, world: World) -> None:
+        """Each tick, before any placement: carry on with what it started (a staged eviction)."""
+
     def advice_metrics(self) -> dict[str, float]:
         """Figures of its own for the report (empty for most)."""

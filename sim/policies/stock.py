@@ -34,6 +34,9 @@ class Stock:
     def deschedule(self, world: World) -> None:
         pass
 
+    def tick(self, world: World) -> None:
+        """Each tick, before any placement: carry on with what it started (a staged eviction)."""
+
     def advice_metrics(self) -> dict[str, float]:
         return {}
 

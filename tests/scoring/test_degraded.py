@@ -96,3 +96,27 @@ def test_outlier_gpus_read_degraded_through_prometheus_as_in_process(prometheus,
     fleet = fleet_heat(snapshot, policy.heat, now=snapshot.taken_at, staleness_limit_seconds=1e9)
     said = {n.name: [r for r in n.reasons if " degraded: clock " in r] for n in fleet.nodes}
     assert all(said[name] for name in expected)
+
+
+def test_a_node_with_a_degraded_gpu_is_excluded_for_new_pods_wherever_they_fit_elsewhere():
+    """Its degraded GPU is the one a new pod there is likely given (the descheduler moved its pod
+    off, or it ended), so the node is excluded as an unhealthy one is, and never preferred; where
+    no other node has room, the pod is told why it was left open."""
+    from scoring.advice.placement import advise, index_fleet
+    from scoring.heat import FleetHeat
+    from scoring.policy import PlacementPolicy
+    from tests.webhook.helpers import NOW, node
+
+    slow = node_heat(judged(samples({("n1", 3): 1320.0}))["n1"], HeatPolicy())
+    assert slow.tier is Tier.WARM and slow.gpus_free == 8
+
+    def advice(other_allocated: int):
+        others = (node("n0", util=40, allocated=other_allocated), node("n2", util=40, allocated=other_allocated))
+        return advise(index_fleet(FleetHeat(NOW, False, 3.0, (slow, *others))), gpus_requested=1, pending_gpus={},
+                      policy=PlacementPolicy())
+
+    roomy = advice(0)
+    assert roomy.excluded == ("n1",) and "n1" not in {p.node for p in roomy.preferred}
+    assert [a.reason for a in roomy.avoided] == ["warm, degraded: GPU 3"]
+    full = advice(8)
+    assert full.excluded == () and full.left_open == "not excluded: no other node has room for the pod"

@@ -114,8 +114,13 @@ class Degraded:
 
     def explain(self, reasons: Sequence[str]) -> str | None:
         """e.g. "degraded: GPU 3"."""
-        units = [reason.split()[1] for reason in reasons if reason.startswith("GPU ") and " degraded: " in reason]
+        units = degraded_units(reasons)
         return f"degraded: GPU {', '.join(units)}" if units else None
+
+
+def degraded_units(reasons: Sequence[str]) -> list[str]:
+    """The units a node's verdict reasons call degraded (`Degraded.verdicts` wrote them)."""
+    return [reason.split()[1] for reason in reasons if reason.startswith("GPU ") and " degraded: " in reason]
 
 
 REGISTRATION = Registration(NAME, Args, Degraded)

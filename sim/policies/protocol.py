@@ -10,8 +10,9 @@ if TYPE_CHECKING:
 
 
 class Policy(Protocol):
-    """One way of running a cluster, stepped by `sim.run`. Each tick the run asks it to place every
-    pending pod, tells it of each binding, and every `deschedulerEveryTicks` lets it evict.
+    """One way of running a cluster, stepped by `sim.run`. Each tick the run lets it carry on
+    with what it started (`tick`), asks it to place every pending pod, tells it of each binding,
+    and every `deschedulerEveryTicks` lets it evict.
 
     What it sees is the world: its nodes and pods as the API server lists them
     (`sim.engine.cluster_objects`) and what the exporters reported, `telemetry_lag` late

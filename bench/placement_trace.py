@@ -5,6 +5,7 @@ figures, no other I/O).
 
     .venv/bin/python bench/placement_trace.py --scenario llm-cpu-neighbours --policies gpu-balancer,true-state --seed 1
     .venv/bin/python bench/placement_trace.py --scenario llm-tp-disagg --policies stock,gpu-balancer --seed 2
+    .venv/bin/python bench/placement_trace.py --policies stock,gpu-balancer,true-state --seeds 1-8 --jobs 2
 
 The probe wraps the policy object's own `place` and `deschedule`; what they decide is unchanged.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from sim.node_state import image_name  # noqa: E402
 from sim.policies import make_policy  # noqa: E402
 from sim.run import run_policy  # noqa: E402
 from sim.scenario import named  # noqa: E402
+from sim.seeds import parse_seeds  # noqa: E402
 
 SETTLED_SECONDS = 300.0
 """Placements from this time on are counted (`--after-seconds`): the fleet's first placement
@@ -85,28 +88,56 @@ def traced(scenario, policy_name: str, seed: int, after: float = SETTLED_SECONDS
     return trace, run_policy(scenario, policy_name, seed, policy=policy).metrics
 
 
+def _one(job: tuple[str, float | None, str, int, float]) -> tuple[str, int, Trace, dict[str, float]]:
+    scenario_name, hours, name, seed, after = job
+    scenario = named(scenario_name)
+    if hours is not None:
+        scenario = replace(scenario, hours=hours)
+    return (name, seed, *traced(scenario, name, seed, after))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="llm-cpu-neighbours")
     parser.add_argument("--policies", default="gpu-balancer,true-state")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=None, help="one seed (default 1)")
+    parser.add_argument("--seeds", default=None, help="A-B or N: several, with a summary per policy")
+    parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--after-seconds", type=float, default=SETTLED_SECONDS,
                         help="count placements from this simulated time on")
     parser.add_argument("--hours", type=float, default=None, help="shorten the run (tests)")
     args = parser.parse_args()
-    scenario = named(args.scenario)
-    if args.hours is not None:
-        scenario = replace(scenario, hours=args.hours)
-    print(f"{args.scenario}, seed {args.seed}")
-    for name in [p.strip() for p in args.policies.split(",") if p.strip()]:
-        trace, metrics = traced(scenario, name, args.seed, args.after_seconds)
-        print(f"{name}: TTFT p99 {metrics['ttft_p99_ms']:,.0f} ms; GPU pods placed from minute "
-              f"{args.after_seconds / 60:g}: {trace.placed}, {trace.image_free_somewhere} with a free node holding "
-              f"their image, {trace.landed_on_image} of those landed on one")
-        if trace.on_batch_nodes:
-            passes = ", ".join(f"{m:.0f} min {on}/{n}" for m, n, on in trace.on_batch_nodes[::6])
-            print(f"  services without CPU limits: {trace.placed_on_batch_nodes} of the {trace.placed_unlimited} placed went to nodes with "
-                  f"batch pods; on such nodes (every sixth pass): {passes}")
+    if args.seed is not None and args.seeds is not None:
+        parser.error("--seed and --seeds: give one of them")
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else [args.seed if args.seed is not None else 1]
+    names = [p.strip() for p in args.policies.split(",") if p.strip()]
+    jobs = [(args.scenario, args.hours, name, seed, args.after_seconds) for seed in seeds for name in names]
+    with ProcessPoolExecutor(max(1, args.jobs)) as pool:
+        found = {(name, seed): (trace, metrics) for name, seed, trace, metrics in pool.map(_one, jobs)}
+    for seed in seeds:
+        print(f"{args.scenario}, seed {seed}")
+        for name in names:
+            trace, metrics = found[name, seed]
+            print(f"{name}: TTFT p99 {metrics['ttft_p99_ms']:,.0f} ms; GPU pods placed from minute "
+                  f"{args.after_seconds / 60:g}: {trace.placed}, {trace.image_free_somewhere} with a free node holding "
+                  f"their image, {trace.landed_on_image} of those landed on one")
+            if trace.on_batch_nodes:
+                passes = ", ".join(f"{m:.0f} min {on}/{n}" for m, n, on in trace.on_batch_nodes[::6])
+                print(f"  services without CPU limits: {trace.placed_on_batch_nodes} of the {trace.placed_unlimited} placed went to nodes with "
+                      f"batch pods; on such nodes (every sixth pass): {passes}")
+    if len(seeds) > 1 and any(found[key][0].on_batch_nodes for key in found):
+        print("services without CPU limits, per seed: replicas on nodes with batch pods at the first descheduler "
+              "pass (placed before any telemetry), and their TTFT p99 ms")
+        for name in names:
+            cells = []
+            for seed in seeds:
+                trace, metrics = found[name, seed]
+                first = trace.on_batch_nodes[0][2] if trace.on_batch_nodes else 0
+                cells.append(f"{first} / {metrics.get('ttft_p99_unlimited_ms', 0.0):,.0f}")
+            traces = [found[name, seed][0] for seed in seeds]
+            later = sum(t.placed_unlimited for t in traces)
+            print(f"  {name:14s} " + "; ".join(cells) + f"; placed from minute {args.after_seconds / 60:g}: "
+                  f"{sum(t.placed_on_batch_nodes for t in traces)} of {later} on such nodes")
     return 0
 
 

@@ -26,7 +26,7 @@ TINY: dict[str, tuple[list[str], tuple[tuple[str, str], ...]]] = {
     "feasible_scale.py": (["--nodes", "20", "--pods", "40", "--admissions", "10"], ()),
     "import_graph.py": ([], ()),
     "plan_scale.py": (["--nodes", "20", "--pods-per-node", "2"], ()),
-    "placement_trace.py": (["--hours", "0.1", "--after-seconds", "60"], ()),
+    "placement_trace.py": (["--hours", "0.1", "--after-seconds", "60", "--seeds", "1-2"], ()),
     "policy_variants.py": (["--seeds", "1", "--hours", "0.05", "--jobs", "1"], ()),
     "refresh_signatures.py": ([], ()),
     "replica_model.py": ([], ()),

@@ -10,17 +10,19 @@ from dataclasses import replace
 import pytest
 
 from scoring import dcgm
-from scoring.heat import Tier, fleet_heat, node_heat
+from scoring.advice.placement import advise, index_fleet
+from scoring.heat import FleetHeat, Tier, fleet_heat, node_heat
 from scoring.ingest.series import aggregate_samples, build_snapshot
 from scoring.ingest.signals.degraded import Args, Degraded, degraded_gpus
 from scoring.ingest.signals.registry import configured
 from scoring.ingest.telemetry import GpuSample, NodeTelemetry
-from scoring.policy import HeatPolicy, PolicyError, parse_policy
+from scoring.policy import HeatPolicy, PlacementPolicy, PolicyError, parse_policy
 from sim.llm.exposition import dcgm_text, ticks
 from sim.policies import observed_samples
 from sim.scenario import Conditions, DegradedGpus
 from tests.scoring.test_throttling import read_through_prometheus
 from tests.sim.test_serving_world import SMALL, placed
+from tests.webhook.helpers import NOW, node
 
 
 def samples(clocks: dict[tuple[str, int], float], *, util: float = 90.0, reasons: int = 0) -> list[GpuSample]:
@@ -102,11 +104,6 @@ def test_a_node_with_a_degraded_gpu_is_excluded_for_new_pods_wherever_they_fit_e
     """Its degraded GPU is the one a new pod there is likely given (the descheduler moved its pod
     off, or it ended), so the node is excluded as an unhealthy one is, and never preferred; where
     no other node has room, the pod is told why it was left open."""
-    from scoring.advice.placement import advise, index_fleet
-    from scoring.heat import FleetHeat
-    from scoring.policy import PlacementPolicy
-    from tests.webhook.helpers import NOW, node
-
     slow = node_heat(judged(samples({("n1", 3): 1320.0}))["n1"], HeatPolicy())
     assert slow.tier is Tier.WARM and slow.gpus_free == 8
 

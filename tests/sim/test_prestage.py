@@ -4,6 +4,7 @@ land on the destinations the plan reserved, as a real run's pre-pull pods make t
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import replace
 
 from descheduler.proposals import PlannedEviction
@@ -27,8 +28,6 @@ def _a_move(world):
 
 
 def _balancer(deadline_seconds: float) -> GpuBalancer:
-    import random
-
     policy = default_policy()
     return GpuBalancer(random.Random(1), replace(policy, descheduler=replace(
         policy.descheduler, prestage_deadline_seconds=deadline_seconds)))

@@ -30,9 +30,9 @@ from scoring.ingest.queries import topology_keys
 from scoring.ingest.series import Series, aggregate_samples, build_snapshot, ksm_label_name
 from scoring.ingest.serving import (ServingReplica, SustainedServing, latency_label, pressure_of, target_for,
                                     with_peers, with_serving, workload_of_pod)
-from scoring.ingest.signals import host_cpu
-from scoring.ingest.signals.registry import remembering
-from scoring.ingest.telemetry import ClusterSnapshot, WindowStats
+from scoring.ingest.signals import host_cpu, tpot
+from scoring.ingest.signals.registry import configured, remembering
+from scoring.ingest.telemetry import ClusterSnapshot, GpuSample, WindowStats
 from scoring.policy import BalancerPolicy, default_policy
 from sim import prestage
 from sim.engine import cluster_objects, recreate
@@ -74,6 +74,35 @@ def host_rows(world: World, lag: int) -> dict[str, list[Series]]:
     readings = world.llm.host_readings[-1 - lag]
     return {host_cpu.WAITING: [Series({"node": n}, r.waiting_share) for n, r in readings.items()],
             host_cpu.THROTTLED: [Series({"node": n}, r.throttled_share) for n, r in readings.items()]}
+
+
+def tpot_rows(world: World, lag: int, samples: list[GpuSample], window_seconds: float) -> dict[str, list[Series]]:
+    """What the TPOT signal's queries would answer (`scoring.ingest.signals.tpot`): each ready
+    replica's TPOT, running batch and KV use, each the mean of its ticks over the window, as vLLM's
+    series give them; and the GPUs each holds, as dcgm-exporter's pod mapping in `samples` names
+    them. None before the first scrape."""
+    end = len(world.serving) - lag
+    if end <= 0:
+        return {}
+    span = world.serving[max(0, end - max(1, int(window_seconds / world.scenario.tick_seconds))):end]
+    seen: dict[str, list] = {}
+    for tick in span:
+        for key, state in tick.items():
+            if state.tpot_mean_s and state.running is not None:
+                seen.setdefault(key, []).append(state)
+    model = world.scenario.serving.model
+    rows: dict[str, list[Series]] = {tpot.TPOT: [], tpot.LOAD: [], tpot.HELD: []}
+    for key, states in seen.items():
+        at = dict(zip(("namespace", "pod"), key.split("/", 1)))
+        rows[tpot.TPOT].append(Series({**at, "model_name": model}, fmean(s.tpot_mean_s for s in states)))
+        rows[tpot.LOAD].append(Series({**at, "figure": "running"}, fmean(s.running for s in states)))
+        if kv := [s.kv_usage for s in states if s.kv_usage is not None]:
+            rows[tpot.LOAD].append(Series({**at, "figure": "kv"}, fmean(kv)))
+    for sample in samples:
+        if sample.pod is not None and f"{sample.pod.namespace}/{sample.pod.name}" in seen:
+            rows[tpot.HELD].append(Series({"node": sample.node, "gpu": sample.gpu, "modelName": sample.model,
+                                           "namespace": sample.pod.namespace, "pod": sample.pod.name}, 1.0))
+    return rows
 
 
 def preferred_nodes(pod: dict) -> tuple[str, ...]:
@@ -157,13 +186,20 @@ class GpuBalancer(Stock):
         # kube-state-metrics' kube_node_labels, as a cluster exporting the topology labels shows them.
         node_labels = [Series({"node": n.name, **{ksm_label_name(k): n.labels[k] for k in keys if k in n.labels}}, 1.0)
                        for n in world.nodes.values()]
-        rows = self._remembered(world, lag, aggregate_samples(samples))
-        snapshot = build_snapshot(rows | host_rows(world, lag), taken_at=now,
+        rows = self._remembered(world, lag, aggregate_samples(samples)) | host_rows(world, lag)
+        if self.reads_serving(world) and (window := self._tpot_window()):
+            rows |= tpot_rows(world, lag, samples, window)
+        snapshot = build_snapshot(rows, taken_at=now,
                                   newest_sample_at=taken, node_labels=node_labels, topology_keys=keys)
         if self.reads_serving(world) and len(world.serving) > lag:
             snapshot = with_serving(snapshot, self.serving_replicas(world.serving[-1 - lag]))
         return snapshot, fleet_heat(snapshot, self.policy.heat, now=now,
                                     staleness_limit_seconds=self.policy.telemetry.staleness_limit_seconds)
+
+    def _tpot_window(self) -> float:
+        """The TPOT signal's window where the policy turns it on; 0 (no rows) where it does not."""
+        on = [signal for signal in configured(self.policy.heat) if isinstance(signal, tpot.Tpot)]
+        return on[0].args.window_seconds if on else 0.0
 
     def _remembered(self, world: World, lag: int, rows: dict[str, list[Series]]) -> dict[str, list[Series]]:
         """The rows, those a signal remembers (`scoring.ingest.signals.registry.remembering`) as each

@@ -19,6 +19,9 @@ from scoring.ingest.signals.tpot import HELD, LOAD, RATIO, TPOT, Args, Tpot, slo
 from scoring.ingest.telemetry import NodeTelemetry
 from scoring.policy import HeatPolicy, PolicyError, default_policy, parse_policy
 from sim.fake_dcgm import make_server, serve_in_background
+from sim.policies import observed_samples
+from sim.policies.gpu_balancer import tpot_rows
+from tests.scoring.test_degraded import outlier_world
 from tests.conftest import FIXTURES
 from gpu_balancer.local_prometheus import ScrapeTarget
 
@@ -148,3 +151,32 @@ def test_a_node_whose_host_cpus_explain_a_slow_replica_marks_no_gpu(host):
 def test_bad_arguments_are_named(document, says):
     with pytest.raises(PolicyError, match=re.escape(says)):
         registry.configured(parse_policy(document).heat)
+
+
+def test_the_simulated_replicas_answer_the_signal_as_their_servers_would_and_only_slow_gpus_are_marked():
+    """The serving world's replicas, a quarter of its GPUs 1.5× slower: a row per ready replica and
+    one per GPU it holds, and every GPU the signal marks is one the world made slow."""
+    world = outlier_world()
+    rows = tpot_rows(world, 0, observed_samples(world, lag=0), window_seconds=300.0)
+    ready = world.serving[-1]
+    assert {f"{r.labels['namespace']}/{r.labels['pod']}" for r in rows[TPOT]} == set(ready)
+    held = {(r.labels["node"], int(r.labels["gpu"])) for r in rows[HELD]}
+    assert held == {(world.pods[key].node, unit) for key in ready for unit in world.llm.units_of[key]}
+    marked = {(node, int(reading.split(":")[1]))
+              for node, found in Tpot().read(rows, lambda row: row.labels["node"]).items()
+              for reading in found["readings"]}
+    slow = {gpu for gpu, stretch in world.llm.conditions.stretch.items() if stretch >= 1.25}
+    assert marked and marked <= slow
+    assert tpot_rows(world, len(world.serving), [], 300.0) == {}, "before the first scrape, nothing"
+
+
+def test_batch_alone_does_not_reach_the_bar_within_the_peer_band():
+    """Healthy replicas whose TPOT follows the replica model's curve (about batch^0.8 at the top of
+    its range): the widest batch gap the band lets peers have stays under 1.25×."""
+    growth = Args().batch_factor ** 0.8
+    busy = ("busy", 0.020 * growth, 64 * Args().batch_factor, 0.5)
+    rows = replica_rows(("a", 0.020, 64, 0.5), ("b", 0.020, 64, 0.5), busy)
+    assert Tpot().read(rows, lambda row: row.labels["node"]) == {}
+    wide = replica_rows(("a", 0.020, 64, 0.5), ("b", 0.020, 64, 0.5), ("busy", 0.020 * 1.5 ** 0.8, 96, 0.5))
+    assert Tpot(Args(batch_factor=1.5)).read(wide, lambda row: row.labels["node"]) != {}, \
+        "the former 1.5× band marked a healthy replica at 1.5× the batch"

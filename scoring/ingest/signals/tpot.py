@@ -9,8 +9,8 @@ a clock the clock signal cannot judge because the GPU is capped): `slowerThanPee
 times the mean spread of one model's GPUs (8 %) and under both their outliers (1.5×) and a hardware
 slowdown (2× or more) — Sinha et al., "Not All GPUs Are Created Equal", SC22 (arXiv 2208.11035);
 the clock signal's 0.8 of its peers is the same bar (1 / 0.8). Peers are alike when their running
-batch is within `batchFactor` of its and their KV cache use within `kvFillSpread` (assumptions:
-a step's time grows with both, slowly within those bands). A replica slowed by its host's CPUs
+batch is within `batchFactor` of its and their KV cache use within `kvFillSpread`: a decode step's
+time grows with both, so the bands are kept narrow enough that batch alone cannot reach the bar. A replica slowed by its host's CPUs
 reads slow too, so where the host-CPU signal reads its node's GPU pods throttled or its tasks
 waiting for a CPU (its warm bar, a tenth of the time) this signal marks nothing there.
 
@@ -49,10 +49,16 @@ TPOT, LOAD, HELD = "tpot_seconds", "tpot_load", "tpot_held"
 class Args:
     slower_than_peers: float = 1.25
     """A replica this many times its peers' median TPOT marks its GPUs degraded (module docstring)."""
-    batch_factor: float = 1.5
+    batch_factor: float = 1.15
+    """Peers run a batch within this factor of the replica's. TPOT grows with the batch: the
+    simulator's replica model (fitted to published vLLM measurements; `gpu-balancer serving-curve
+    --gpu H100-80GB --model Llama-3.1-8B`) has it 1.28× from 32 to 48 running and about
+    batch^0.8 past 64. So within 1.5× a healthy replica read 1.25× its peers from batch alone, and
+    the serving world's bursts marked 19 nodes with no slow GPU (BENCHMARKS, "TPOT against peers,
+    in the simulator"). Within 1.15×, batch alone gives at most 1.12×, and 1.21× with the GPUs'
+    8 % spread, under the bar."""
     kv_fill_spread: float = 0.2
-    """Peers run a batch within this factor of the replica's, and a KV cache use within this much
-    of its (a share, 0–1): assumptions."""
+    """Peers' KV cache use is within this much of the replica's (a share, 0–1): assumption."""
     min_peers: int = 2
     """Peers it takes to judge: the median of one other is that one replica's figure."""
     window_seconds: int = 300
@@ -138,8 +144,8 @@ class Tpot:
         }
 
     def aggregate(self, samples: Sequence[GpuSample]) -> dict[str, list[Series]]:
-        """Nothing: GPU samples carry no serving figures, and the simulator's slow GPUs show in
-        their clocks (the degraded signal's)."""
+        """Nothing: GPU samples carry no serving figures (the simulator answers its rows beside
+        them, `sim.policies.gpu_balancer.tpot_rows`)."""
         return {}
 
     def read(self, rows: Rows, node_of: NodeOf) -> dict[str, dict[str, Any]]:

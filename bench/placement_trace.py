@@ -123,21 +123,18 @@ def main() -> int:
                   f"their image, {trace.landed_on_image} of those landed on one")
             if trace.on_batch_nodes:
                 passes = ", ".join(f"{m:.0f} min {on}/{n}" for m, n, on in trace.on_batch_nodes[::6])
-                print(f"  services without CPU limits: {trace.placed_on_batch_nodes} of the {trace.placed_unlimited} placed went to nodes with "
-                      f"batch pods; on such nodes (every sixth pass): {passes}")
+                print(f"  services without CPU limits: {trace.placed_on_batch_nodes} of the {trace.placed_unlimited} "
+                      f"placed went to nodes with batch pods; on such nodes (every sixth pass): {passes}")
     if len(seeds) > 1 and any(found[key][0].on_batch_nodes for key in found):
         print("services without CPU limits, per seed: replicas on nodes with batch pods at the first descheduler "
               "pass (placed before any telemetry), and their TTFT p99 ms")
         for name in names:
-            cells = []
-            for seed in seeds:
-                trace, metrics = found[name, seed]
-                first = trace.on_batch_nodes[0][2] if trace.on_batch_nodes else 0
-                cells.append(f"{first} / {metrics.get('ttft_p99_unlimited_ms', 0.0):,.0f}")
-            traces = [found[name, seed][0] for seed in seeds]
-            later = sum(t.placed_unlimited for t in traces)
-            print(f"  {name:14s} " + "; ".join(cells) + f"; placed from minute {args.after_seconds / 60:g}: "
-                  f"{sum(t.placed_on_batch_nodes for t in traces)} of {later} on such nodes")
+            runs = [found[name, seed] for seed in seeds]
+            cells = "; ".join(f"{trace.on_batch_nodes[0][2] if trace.on_batch_nodes else 0} / "
+                              f"{metrics.get('ttft_p99_unlimited_ms', 0.0):,.0f}" for trace, metrics in runs)
+            print(f"  {name:14s} {cells}; placed from minute {args.after_seconds / 60:g}: "
+                  f"{sum(t.placed_on_batch_nodes for t, _ in runs)} of {sum(t.placed_unlimited for t, _ in runs)} "
+                  f"on such nodes")
     return 0
 
 

@@ -10,9 +10,10 @@ times the mean spread of one model's GPUs (8 %) and under both their outliers (1
 slowdown (2× or more) — Sinha et al., "Not All GPUs Are Created Equal", SC22 (arXiv 2208.11035);
 the clock signal's 0.8 of its peers is the same bar (1 / 0.8). Peers are alike when their running
 batch is within `batchFactor` of its and their KV cache use within `kvFillSpread`: a decode step's
-time grows with both, so the bands are kept narrow enough that batch alone cannot reach the bar. A replica slowed by its host's CPUs
-reads slow too, so where the host-CPU signal reads its node's GPU pods throttled or its tasks
-waiting for a CPU (its warm bar, a tenth of the time) this signal marks nothing there.
+time grows with both, so the bands are kept narrow enough that batch alone cannot reach the bar.
+A replica slowed by its host's CPUs reads slow too, so where the host-CPU signal reads its node's
+GPU pods throttled or its tasks waiting for a CPU (its warm bar, a tenth of the time) this signal
+marks nothing there.
 
 Reads the model servers' own series, as a PodMonitor labels them (`namespace`, `pod`), over
 `windowSeconds`: the TPOT histogram's mean (vLLM v1's `vllm:inter_token_latency_seconds`, v0's
